@@ -1,0 +1,34 @@
+# One entry point for setup, tests, the demo and benchmarks. Everything is installed by the
+# project itself: Python packages into .venv, broker distributions into .cache/ (via Maven).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup tools brokers test unit demo clean
+
+setup: tools $(STAMP) brokers
+
+tools:
+	@bash scripts/ensure_tools.sh
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+brokers: $(STAMP)
+	$(BIN)/python -m clustermq.localcluster.fetch classic
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_units.py tests/test_readme.py
+
+demo: setup
+	$(BIN)/clustermq demo
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

@@ -1,0 +1,221 @@
+"""The driver-side consumer of the whole cluster: one subscription per node, offsets, acks.
+
+Spark's Kafka source splits offset bookkeeping (``KafkaOffsetReader``) from the micro-batch
+stream; this is the clustermq counterpart of the offset reader. It is created lazily in the
+long-lived reader process and never pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Mapping
+
+from .connection import NodeUnavailable
+from .offsets import NodeOffsets, allocate, make_offsets
+from .options import ReadOptions
+from .subscription import BufferedMessage, NodeStatus, NodeSubscription
+
+log = logging.getLogger("clustermq.consumer")
+
+
+class NoNodeReachable(ConnectionError):
+    """Raised when not a single node of the cluster can be reached."""
+
+
+class ArrivalCounter:
+    """Numbers every delivery to this process, across nodes, and lets a caller wait for one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.value = 0
+
+    def __next__(self) -> int:
+        with self._cond:
+            current = self.value
+            self.value += 1
+            self._cond.notify_all()
+            return current
+
+    def wait_for_change(self, seen: int, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self.value != seen, timeout)
+
+
+class AvailableNowTarget:
+    """What Trigger.AvailableNow may read: the backlog measured when the query started.
+
+    Counted in arrivals (every delivery to this process gets the next arrival number), not per
+    node: a network of brokers moves messages between nodes, so a per-node target could wait
+    forever for a message that was consumed on another node.
+    """
+
+    def __init__(self, backlog: int) -> None:
+        self.limit = backlog
+        self.final = False
+
+    def add_returned(self, count: int) -> None:
+        """Messages given back after a lost connection will arrive a second time."""
+        if not self.final:
+            self.limit += count
+
+
+class ClusterConsumer:
+    """Competing consumer on every node; numbering, admission control and acknowledgement."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._arrivals = ArrivalCounter()
+        self._target: AvailableNowTarget | None = None
+        self._target_lock = threading.Lock()
+        self.subscriptions = [
+            NodeSubscription(node, i, options, self._arrivals, self._returned)
+            for i, node in enumerate(options.connection.nodes)
+        ]
+        self._started = False
+        self._all_down_since: float | None = None
+
+    @property
+    def node_names(self) -> list[str]:
+        return [s.node.name for s in self.subscriptions]
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Connect to every node at once; fail only if none answers."""
+        if self._started:
+            return
+        with ThreadPoolExecutor(max_workers=len(self.subscriptions)) as pool:
+            results = list(pool.map(self._first_connect, self.subscriptions))
+        errors = [r for r in results if r is not None]
+        if len(errors) == len(self.subscriptions):
+            for sub in self.subscriptions:
+                sub.stop()
+            raise NoNodeReachable(
+                "clustermq: no broker node is reachable: " + "; ".join(errors)
+            )
+        for error in errors:
+            log.warning("clustermq: %s; reconnecting in the background", error)
+        for sub in self.subscriptions:
+            sub.start()
+        self._started = True
+
+    @staticmethod
+    def _first_connect(sub: NodeSubscription) -> str | None:
+        try:
+            sub.connect_once()
+            return None
+        except NodeUnavailable as exc:
+            sub.last_error = str(exc)
+            return str(exc)
+
+    def stop(self) -> None:
+        for sub in self.subscriptions:
+            sub.stop()
+
+    def check_reachable(self) -> None:
+        """Fail the query once no node has been connected for ``noNodeTimeout``."""
+        if any(s.connected for s in self.subscriptions):
+            self._all_down_since = None
+            return
+        now = time.monotonic()
+        if self._all_down_since is None:
+            self._all_down_since = now
+        elif now - self._all_down_since > self.options.no_node_timeout_s:
+            reasons = "; ".join(f"{s.node.name}: {s.last_error}" for s in self.subscriptions)
+            raise NoNodeReachable(
+                f"clustermq: no broker node reachable for {self.options.no_node_timeout_s:.0f} s "
+                f"(option noNodeTimeout): {reasons}"
+            )
+
+    # ------------------------------------------------------------------ offsets
+    def set_start(self, start: Mapping[str, int]) -> None:
+        for sub in self.subscriptions:
+            sub.set_base(start[sub.node.name])
+
+    def acknowledge(self, committed: Mapping[str, int]) -> int:
+        """Acknowledge everything below ``committed`` on every node (cumulative, idempotent)."""
+        total = 0
+        for sub in self.subscriptions:
+            if sub.base is not None:
+                total += sub.acknowledge(committed[sub.node.name])
+        if total:
+            log.info("clustermq: acknowledged %d messages up to %s", total, dict(committed))
+        return total
+
+    def latest(
+        self,
+        start: NodeOffsets,
+        max_messages: int | None,
+        max_bytes: int | None,
+    ) -> NodeOffsets:
+        """The end offset of the next batch from ``start``, within the limits."""
+        cap = self._arrival_cap()
+        available = [sub.available(start[sub.node.name], cap) for sub in self.subscriptions]
+        counts = allocate(available, max_messages, max_bytes)
+        end = make_offsets(
+            {sub.node.name: start[sub.node.name] + n for sub, n in zip(self.subscriptions, counts)},
+            self.node_names,
+        )
+        for sub in self.subscriptions:
+            sub.reserve(end[sub.node.name])
+        return end
+
+    def take(self, start: NodeOffsets, end: NodeOffsets) -> list[tuple[int, list[BufferedMessage]]]:
+        """Every node's messages in ``[start, end)``, waiting for redelivery on a replay."""
+        replay_deadline = time.monotonic() + self.options.replay_timeout_s
+        out = []
+        for sub in self.subscriptions:
+            name = sub.node.name
+            if end[name] <= start[name]:
+                continue
+            wait = max(0.0, replay_deadline - time.monotonic())
+            out.append((sub.index, sub.take(start[name], end[name], wait)))
+        return out
+
+    # ------------------------------------------------------------------ AvailableNow
+    def prepare_available_now(self, backlog: int) -> None:
+        with self._target_lock:
+            self._target = AvailableNowTarget(backlog)
+        log.info("clustermq: Trigger.AvailableNow will read the %d messages queued at start",
+                 backlog)
+
+    def _returned(self, count: int) -> None:
+        with self._target_lock:
+            if self._target is not None:
+                self._target.add_returned(count)
+
+    def _arrival_cap(self) -> int | None:
+        with self._target_lock:
+            return None if self._target is None else self._target.limit
+
+    def available_now_pending(self, start: NodeOffsets) -> bool:
+        """True while AvailableNow should wait for more of its backlog to arrive."""
+        with self._target_lock:
+            target = self._target
+            if target is None or target.final:
+                return False
+        received = self.arrivals_so_far()
+        if received >= target.limit:
+            return False
+        idle = time.monotonic() - max(s.last_arrival for s in self.subscriptions)
+        if idle > self.options.available_now_idle_timeout_s:
+            with self._target_lock:
+                log.info(
+                    "clustermq: AvailableNow received %d of the %d messages measured at start "
+                    "and nothing for %.1f s; the rest went to other consumers", received,
+                    target.limit, idle)
+                target.limit = received
+                target.final = True
+            return False
+        return True
+
+    def arrivals_so_far(self) -> int:
+        return self._arrivals.value
+
+    def wait_for_arrival(self, timeout: float) -> None:
+        self._arrivals.wait_for_change(self._arrivals.value, timeout)
+
+    def status(self) -> list[NodeStatus]:
+        return [s.status() for s in self.subscriptions]

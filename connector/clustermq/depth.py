@@ -1,0 +1,267 @@
+"""Queue depth per broker node, from ActiveMQ Classic's statistics plugin over STOMP.
+
+In a network of brokers a queue has a separate depth on every node (messages move between nodes,
+they are not shared), so the backlog of a queue is the per-node table plus its total. Classic has
+no STOMP management API, but with ``<statisticsBrokerPlugin/>`` a SEND to
+``/queue/ActiveMQ.Statistics.Destination.<queue>`` with a ``reply-to`` is answered with one map
+message per matching destination. Facts this module relies on (measured on 5.18.3):
+
+* The reply is a JMS MapMessage. STOMP clients only see its content when the subscription asks
+  for a transformation (``jms-map-xml`` or ``jms-map-json``); the broker then serialises it with
+  XStream (+ Jettison for JSON), which the Maven distribution has in ``lib/optional`` (on the
+  class path by default; Debian's package lacks them). XML is used here because Jettison's JSON
+  collapses string-valued entries into arrays, which is awkward to parse.
+* A queue that does not exist gets *no* reply at all, unless the request carries the property
+  ``ActiveMQ.Statistics.Destination.List.End.With.Null``: then an empty map (``<map/>``) ends
+  the list of replies, so "no such queue" (depth 0) is distinguishable from "no answer".
+* ``destinationName`` in the reply is ``queue://<name>``; ``size`` is the number of messages
+  currently held by that node (including dispatched-but-unacknowledged ones).
+* The request's ``correlation-id`` is copied to each reply.
+* Without the plugin nothing answers and the request would sit in a queue literally named
+  ``ActiveMQ.Statistics.Destination.<queue>``; requests are therefore sent non-persistent with an
+  ``expires`` time.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import stomp
+
+from .nodes import Node
+
+STATS_DESTINATION_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
+END_WITH_NULL = "ActiveMQ.Statistics.Destination.List.End.With.Null"
+TRANSFORMATION = "jms-map-xml"
+
+
+class DepthError(RuntimeError):
+    """A node could not report a depth (unreachable, login refused, no answer)."""
+
+
+class QueueDepths(dict):  # dict[str, int | None]
+    """Depth per node name, in node order; ``None`` where the node could not be asked.
+
+    ``errors`` maps the name of every such node to the reason.
+    """
+
+    def __init__(self, queue: str) -> None:
+        super().__init__()
+        self.queue = queue
+        self.errors: dict[str, str] = {}
+
+    @property
+    def total(self) -> int:
+        """Sum over the nodes that answered."""
+        return sum(v for v in self.values() if v is not None)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every node answered (only then is ``total`` the queue's whole backlog)."""
+        return not self.errors
+
+
+def normalize_queue_name(queue: str) -> str:
+    """``orders`` or ``/queue/orders`` -> ``orders``; wildcards and composites are refused.
+
+    The statistics plugin treats the name as a destination *query*, so ``a.*`` or ``a,b`` would
+    match several queues; the depth of one queue is asked for here.
+    """
+    name = queue.strip()
+    if name.startswith("/queue/"):
+        name = name[len("/queue/") :]
+    if not name:
+        raise ValueError("queue name is empty")
+    if name.startswith("/") or any(c in name for c in "*>,") or name.startswith("ActiveMQ.Statistics"):
+        raise ValueError(f"'{queue}' is not a single plain queue name (no wildcards, composites or topics)")
+    return name
+
+
+class _Replies(stomp.ConnectionListener):
+    """Collects frames from stomp.py's receiver thread for the requesting thread."""
+
+    def __init__(self) -> None:
+        self.frames: "queue_mod.Queue[tuple[str, stomp.utils.Frame | None]]" = queue_mod.Queue()
+        self.connected = threading.Event()
+        self.disconnected = threading.Event()
+
+    def on_connected(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.connected.set()
+        self.frames.put(("connected", frame))
+
+    def on_message(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.frames.put(("message", frame))
+
+    def on_receipt(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.frames.put(("receipt", frame))
+
+    def on_error(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.frames.put(("error", frame))
+
+    def on_disconnected(self) -> None:
+        self.disconnected.set()
+        self.frames.put(("disconnected", None))
+
+    def next(self, deadline: float, waiting_for: str) -> tuple[str, "stomp.utils.Frame | None"]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DepthError(f"no {waiting_for} before the timeout")
+        try:
+            kind, frame = self.frames.get(timeout=remaining)
+        except queue_mod.Empty:
+            raise DepthError(f"no {waiting_for} before the timeout") from None
+        if kind == "error":
+            message = frame.headers.get("message", "") if frame else ""
+            raise DepthError(f"broker sent ERROR: {message or (frame.body if frame else '')}".strip())
+        if kind == "disconnected":
+            raise DepthError(f"connection closed while waiting for {waiting_for}")
+        return kind, frame
+
+
+def _parse_map(body: str | bytes) -> dict[str, str]:
+    """XStream's ``<map><entry><string>key</string><long>5</long></entry>...</map>``."""
+    root = ET.fromstring(body)
+    result: dict[str, str] = {}
+    for entry in root.findall("entry"):
+        children = list(entry)
+        if len(children) >= 2:
+            result[children[0].text or ""] = children[1].text or ""
+    return result
+
+
+def queue_depth(node: Node, queue: str, username: str | None, password: str | None, timeout: float = 10.0) -> int:
+    """Depth of ``queue`` on one node; ``DepthError`` when the node cannot tell."""
+    name = normalize_queue_name(queue)
+    deadline = time.monotonic() + timeout
+    replies = _Replies()
+    conn = stomp.Connection12(
+        [(node.host, node.port)],
+        heartbeats=(0, 0),
+        reconnect_attempts_max=1,
+        timeout=max(0.5, min(timeout, 5.0)),  # socket connect timeout only
+    )
+    if node.ssl:
+        conn.set_ssl([(node.host, node.port)])
+    conn.set_listener("depth", replies)
+    try:
+        try:
+            conn.connect(username, password, wait=False)
+        except stomp.exception.ConnectFailedException:
+            raise DepthError(f"cannot connect to {node.name}") from None
+        # stomp.py's connect(wait=True) has no overall deadline: wait for CONNECTED ourselves.
+        while not replies.connected.is_set():
+            try:
+                replies.next(deadline, "CONNECTED frame")
+            except DepthError as exc:
+                if "connection closed" in str(exc):  # Classic may drop a bad login without ERROR
+                    raise DepthError("connection closed by the broker before CONNECTED (login refused?)") from None
+                raise
+        correlation = uuid.uuid4().hex
+        reply_to = f"/temp-queue/clustermq-depth-{correlation}"
+        conn.subscribe(
+            reply_to,
+            id="depth",
+            ack="auto",
+            headers={"transformation": TRANSFORMATION, "receipt": f"sub-{correlation}"},
+        )
+        # The reply must not reach the temp queue before the subscription exists.
+        while True:
+            kind, frame = replies.next(deadline, "SUBSCRIBE receipt")
+            if kind == "receipt":
+                break
+        # Non-persistent and expiring: on a broker *without* the plugin the request would land
+        # in a real queue named ActiveMQ.Statistics.Destination.<queue>; this way it vanishes.
+        expires_ms = int((time.time() + max(timeout, 1.0)) * 1000)
+        conn.send(
+            STATS_DESTINATION_PREFIX + name,
+            "",
+            headers={
+                "reply-to": reply_to,
+                END_WITH_NULL: "true",
+                "correlation-id": correlation,
+                "persistent": "false",
+                "expires": str(expires_ms),
+            },
+        )
+        wanted = f"queue://{name}"
+        depth = 0
+        while True:
+            kind, frame = replies.next(deadline, "statistics reply (is <statisticsBrokerPlugin/> on?)")
+            if kind != "message" or frame is None:
+                continue
+            if frame.headers.get("correlation-id", correlation) != correlation:
+                continue
+            try:
+                stats = _parse_map(frame.body)
+            except ET.ParseError as exc:
+                raise DepthError(f"unreadable statistics reply ({exc}): {str(frame.body)[:200]!r}") from None
+            if not stats:  # the empty map that ends the list
+                return depth
+            if stats.get("destinationName") == wanted:
+                depth = int(stats.get("size", "0"))
+    finally:
+        _close(conn, replies)
+
+
+def _close(conn: stomp.Connection12, replies: _Replies) -> None:
+    """DISCONNECT politely, but never wait long: the socket is closed after 2 s regardless.
+
+    (stomp.py's ``transport.stop()`` waits for the DISCONNECT receipt without a deadline.)
+    """
+    try:
+        if conn.is_connected():
+            conn.disconnect()
+            replies.disconnected.wait(2.0)
+    except Exception:  # noqa: BLE001 - best effort; the socket is closed below either way
+        pass
+    conn.transport.disconnect_socket()
+
+
+def queue_depths(
+    nodes: Iterable[Node],
+    queue: str,
+    username: str | None,
+    password: str | None,
+    timeout: float = 10.0,
+) -> QueueDepths:
+    """Depth of ``queue`` on every node, asked in parallel; unreachable nodes map to ``None``.
+
+    One node failing (down, refusing the login, plugin off) never hides the others' answers:
+    its reason is in the result's ``errors``.
+    """
+    node_list: Sequence[Node] = list(nodes)
+    name = normalize_queue_name(queue)
+    result = QueueDepths(name)
+    if not node_list:
+        return result
+    with ThreadPoolExecutor(max_workers=len(node_list), thread_name_prefix="clustermq-depth") as pool:
+        futures = [pool.submit(queue_depth, n, name, username, password, timeout) for n in node_list]
+        for node, future in zip(node_list, futures):
+            try:
+                result[node.name] = future.result()
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a reason
+                result[node.name] = None
+                result.errors[node.name] = str(exc) or type(exc).__name__
+    return result
+
+
+def format_depth_table(depths: QueueDepths) -> str:
+    """A plain-text table: one row per node, then the total (flagged when incomplete)."""
+    width = max([len("total"), len("node")] + [len(n) for n in depths])
+    lines = [f"queue {depths.queue}", f"{'node':<{width}}  {'depth':>10}"]
+    for name, depth in depths.items():
+        if depth is None:
+            lines.append(f"{name:<{width}}  {'?':>10}  ({depths.errors.get(name, 'no answer')})")
+        else:
+            lines.append(f"{name:<{width}}  {depth:>10}")
+    total = f"{'total':<{width}}  {depths.total:>10}"
+    if not depths.complete:
+        total += f"  (incomplete: {len(depths.errors)} of {len(depths)} nodes did not answer)"
+    lines.append(total)
+    return "\n".join(lines)

@@ -1,0 +1,27 @@
+"""Local broker clusters for development and tests (``clustermq cluster up|status|down``).
+
+The connector's whole point is a *cluster* of brokers, so tests and demos need several real
+brokers networked together on one machine, with nodes that can be killed and restarted. This
+package fetches the broker distribution (via Maven), renders per-node configs from the
+templates in ``conf/<flavor>/``, runs one JVM per node and records everything in
+``<dir>/cluster.json``.
+"""
+
+from __future__ import annotations
+
+from .cluster import ClusterStartError, Credentials, LocalCluster
+from .fetch import CLASSIC_VERSION, ensure_distribution
+from .flavor import BrokerFlavor, get_flavor
+from .paths import cache_dir, default_cluster_dir
+
+__all__ = [
+    "CLASSIC_VERSION",
+    "BrokerFlavor",
+    "ClusterStartError",
+    "Credentials",
+    "LocalCluster",
+    "cache_dir",
+    "default_cluster_dir",
+    "ensure_distribution",
+    "get_flavor",
+]

@@ -1,0 +1,54 @@
+"""Choosing TCP ports for broker nodes.
+
+Fixed well-known ports (61613, 61616) are often taken on a developer machine or a CI runner, so
+by default the kernel picks free ports (bind to port 0). A ``base_port`` gives a predictable
+layout instead: node *i* listens for STOMP on ``base + 10*i`` and for its peers on
+``base + 10*i + 1``.
+"""
+
+from __future__ import annotations
+
+import socket
+from contextlib import ExitStack
+
+HOST = "127.0.0.1"
+PORT_STRIDE = 10
+
+
+def free_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct ports that were free a moment ago (all held open while choosing)."""
+    with ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """Whether a listening socket could bind ``host:port`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM does
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def node_ports(nodes: int, base_port: int | None, host: str = HOST) -> list[tuple[int, int]]:
+    """(STOMP port, peer port) per node, dynamic or from ``base_port``; checked to be free."""
+    if base_port is None:
+        flat = free_ports(2 * nodes, host)
+        return [(flat[2 * i], flat[2 * i + 1]) for i in range(nodes)]
+    pairs = [(base_port + PORT_STRIDE * i, base_port + PORT_STRIDE * i + 1) for i in range(nodes)]
+    if pairs[-1][1] > 65535 or base_port < 1:
+        raise ValueError(f"base port {base_port} leaves no room for {nodes} nodes (needs up to {pairs[-1][1]})")
+    busy = [port for pair in pairs for port in pair if not port_is_free(port, host)]
+    if busy:
+        raise RuntimeError(
+            f"ports already in use on {host}: {', '.join(map(str, busy))} "
+            f"(base port {base_port}); pick another --base-port or omit it for dynamic ports"
+        )
+    return pairs

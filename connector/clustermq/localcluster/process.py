@@ -1,0 +1,111 @@
+"""Start broker JVMs in their own session and stop them by pid, safely across processes.
+
+A pid recorded in ``cluster.json`` may be read by another process hours later, when the broker
+is long gone and the number reused by something else. Every broker therefore carries a marker
+(``-Dclustermq.node=<node dir>``) on its command line, and a pid is only signalled when
+``/proc/<pid>/cmdline`` still carries it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+MARKER_PROPERTY = "clustermq.node"
+
+# Children started by this process, so they can be reaped (a killed child stays a zombie, and
+# looks alive to kill(pid, 0), until its parent waits for it).
+_children: dict[int, subprocess.Popen] = {}
+
+
+def marker_arg(node_dir: Path) -> str:
+    """The JVM argument that identifies the broker of ``node_dir``."""
+    return f"-D{MARKER_PROPERTY}={node_dir}"
+
+
+def launch(cmd: list[str], cwd: Path, log_path: Path, env: dict[str, str] | None = None) -> int:
+    """Start ``cmd`` in a new session with stdout/stderr appended to ``log_path``; return its pid.
+
+    A new session keeps the broker out of the caller's process group, so Ctrl-C in a terminal or
+    pytest's own signal handling does not kill brokers behind the harness's back.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    _children[proc.pid] = proc
+    return proc.pid
+
+
+def _reap(pid: int) -> None:
+    proc = _children.get(pid)
+    if proc is not None and proc.poll() is not None:
+        _children.pop(pid, None)
+
+
+def is_running(pid: int | None, marker: str) -> bool:
+    """True when ``pid`` is a live (not zombie) process whose command line contains ``marker``."""
+    if not pid:
+        return False
+    _reap(pid)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        # The state follows the parenthesised command name, which may itself contain ')'.
+        state = stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3]
+        if state in (b"Z", b"X"):
+            return False
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read().split(b"\x00")
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return False
+    except PermissionError:  # another user's process: certainly not one of ours
+        return False
+    return marker.encode() in cmdline
+
+
+def wait_exit(pid: int, marker: str, timeout: float) -> bool:
+    """Poll until the process is gone; return False if it is still running at the deadline."""
+    deadline = time.monotonic() + timeout
+    while is_running(pid, marker):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def send_signal(pid: int | None, marker: str, sig: int) -> bool:
+    """Signal the process if it is still ours; return whether a signal was sent."""
+    if not is_running(pid, marker):
+        return False
+    try:
+        os.kill(pid, sig)  # type: ignore[arg-type]
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop(pid: int | None, marker: str, grace: float = 30.0) -> None:
+    """SIGTERM, wait up to ``grace`` seconds for a clean shutdown, then SIGKILL.
+
+    A clean shutdown lets KahaDB close its journal; SIGKILL is the fallback so ``down`` always
+    ends with no broker left. Does nothing when the process is already gone.
+    """
+    if not send_signal(pid, marker, signal.SIGTERM):
+        return
+    if wait_exit(pid, marker, grace):  # type: ignore[arg-type]
+        return
+    send_signal(pid, marker, signal.SIGKILL)
+    if not wait_exit(pid, marker, 10.0):  # type: ignore[arg-type]
+        raise RuntimeError(f"process {pid} survived SIGKILL")

@@ -1,0 +1,280 @@
+"""Options: parsed once, validated before anything is consumed, typed for the rest of the code.
+
+Spark hands a Python data source its options lower-cased with string values. Every option the
+connector knows is declared once in :data:`OPTIONS` (name, default, meaning); the README's
+option table is checked against this list by a test, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .nodes import Node, parse_nodes
+
+FLAVORS = ("auto", "classic", "artemis")
+ACK_MODES = ("client", "client-individual")
+LOAD_BALANCING_POLICIES = ("roundRobin", "random", "randomSticky", "firstElement")
+READ_MODES = ("browse", "drain")
+
+
+class OptionError(ValueError):
+    """A bad option value; the message names the option and what is allowed."""
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    name: str
+    default: str | None
+    meaning: str
+    applies_to: str  # "read", "write" or "both"
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("brokers", None, "Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`. Required.", "both"),
+    OptionSpec("queue", None, "Queue name (without `/queue/`). Required.", "both"),
+    OptionSpec("flavor", "auto", "Broker kind: `auto` (from the CONNECTED frame's `server` header), `classic` or `artemis`.", "both"),
+    OptionSpec("username", None, "Login user for every node.", "both"),
+    OptionSpec("password", None, "Login password. Never logged, never shown in errors, progress or `repr()`.", "both"),
+    OptionSpec("numPartitions", "number of nodes", "Spark partitions per micro-batch; rows are hash-partitioned by group id.", "read"),
+    OptionSpec("maxMessagesPerTrigger", "none", "Upper bound on messages per micro-batch over all nodes.", "read"),
+    OptionSpec("maxBytesPerTrigger", "none", "Upper bound on body bytes per micro-batch over all nodes (a batch holds at least one message).", "read"),
+    OptionSpec("prefetchPerNode", "2 x maxMessagesPerTrigger, else 10000", "Messages a node may deliver ahead of acknowledgement (Classic `activemq.prefetchSize`); bounds driver memory and the largest batch per node.", "read"),
+    OptionSpec("groupIdHeader", "clustermq_group", "Header that carries the group id where the broker does not return its own group header (Classic drops `JMSXGroupID` on STOMP).", "both"),
+    OptionSpec("ackMode", "client", "STOMP ack mode: `client` (one cumulative ACK per node per batch) or `client-individual`.", "read"),
+    OptionSpec("initialReconnectDelay", "1000", "Milliseconds before the first reconnect attempt to a lost node.", "both"),
+    OptionSpec("maxReconnectDelay", "30000", "Upper bound in milliseconds between reconnect attempts.", "both"),
+    OptionSpec("useExponentialBackOff", "true", "Grow the reconnect delay by `backOffMultiplier` after each failed attempt.", "both"),
+    OptionSpec("backOffMultiplier", "2", "Factor of the exponential back-off.", "both"),
+    OptionSpec("connectTimeout", "10000", "Milliseconds to wait for a node's CONNECTED frame.", "both"),
+    OptionSpec("heartbeat", "10000", "STOMP heart-beat interval in milliseconds, both directions (0 disables); a silent node is declared lost after about twice this.", "both"),
+    OptionSpec("noNodeTimeout", "120000", "The query fails when no node has been reachable for this many milliseconds.", "read"),
+    OptionSpec("availableNowIdleTimeout", "10000", "Trigger.AvailableNow: stop waiting for the backlog measured at start when no message arrived for this many milliseconds (competing consumers took the rest).", "read"),
+    OptionSpec("replayTimeout", "60000", "Milliseconds a replayed batch waits for the brokers to redeliver its messages after a restart.", "read"),
+)
+
+_BY_LOWER = {spec.name.lower(): spec for spec in OPTIONS}
+
+
+def known_options(applies_to: str) -> list[str]:
+    return [s.name for s in OPTIONS if s.applies_to in (applies_to, "both")]
+
+
+def _check_known(raw: Mapping[str, str], applies_to: str) -> dict[str, str]:
+    allowed = {n.lower(): n for n in known_options(applies_to)}
+    lowered: dict[str, str] = {}
+    for key, value in raw.items():
+        k = key.lower()
+        if k == "path":  # Spark passes load(path)/save(path) as option "path"
+            continue
+        if k not in allowed:
+            raise OptionError(
+                f"unknown option '{key}' for the clustermq {applies_to}er; "
+                f"known options: {', '.join(sorted(allowed.values()))}"
+            )
+        lowered[k] = value
+    return lowered
+
+
+def _int(raw: Mapping[str, str], name: str, minimum: int, default: int | None) -> int | None:
+    text = raw.get(name.lower())
+    if text is None or str(text).strip() == "":
+        return default
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise OptionError(f"option '{name}': '{text}' is not an integer") from None
+    if value < minimum:
+        raise OptionError(f"option '{name}': {value} is below the minimum {minimum}")
+    return value
+
+
+def _float(raw: Mapping[str, str], name: str, minimum: float, default: float) -> float:
+    text = raw.get(name.lower())
+    if text is None or str(text).strip() == "":
+        return default
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise OptionError(f"option '{name}': '{text}' is not a number") from None
+    if value < minimum:
+        raise OptionError(f"option '{name}': {value} is below the minimum {minimum}")
+    return value
+
+
+def _bool(raw: Mapping[str, str], name: str, default: bool) -> bool:
+    text = raw.get(name.lower())
+    if text is None:
+        return default
+    lowered = str(text).strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option '{name}': '{text}' is not a boolean; allowed: true, false")
+
+
+def _choice(raw: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    text = raw.get(name.lower())
+    if text is None:
+        return default
+    for choice in choices:
+        if str(text).strip().lower() == choice.lower():
+            return choice
+    raise OptionError(f"option '{name}': '{text}' is not allowed; allowed: {', '.join(choices)}")
+
+
+def _queue(raw: Mapping[str, str]) -> str:
+    queue = (raw.get("queue") or "").strip()
+    if not queue:
+        raise OptionError("option 'queue' is required: the name of the queue to read or write")
+    if queue.startswith("/"):
+        raise OptionError(
+            f"option 'queue': give the bare queue name, not a destination path ('{queue}')"
+        )
+    bad = [c for c in queue if c in ",*>\n\r:" or c.isspace()]
+    if bad:
+        raise OptionError(
+            f"option 'queue': '{queue}' contains {bad[0]!r}; a queue name may not contain "
+            "spaces, ',', ':', '*' or '>'"
+        )
+    return queue
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A password that never shows itself in logs, errors or ``repr()``."""
+
+    _value: str = field(repr=False)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
+class ReconnectPolicy:
+    """Back-off between reconnect attempts, named as in ActiveMQ's failover transport."""
+
+    initial_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+    exponential: bool = True
+    multiplier: float = 2.0
+
+    def delays(self) -> Callable[[], float]:
+        """A stateful generator of successive delays (one per failed attempt)."""
+        state = {"next": self.initial_delay_s}
+
+        def next_delay() -> float:
+            delay = state["next"]
+            if self.exponential:
+                state["next"] = min(self.max_delay_s, delay * self.multiplier)
+            return min(delay, self.max_delay_s)
+
+        return next_delay
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """What every connection to the cluster needs, for reading and writing alike."""
+
+    nodes: tuple[Node, ...]
+    queue: str
+    flavor: str
+    username: str | None
+    password: Secret | None
+    group_id_header: str
+    reconnect: ReconnectPolicy
+    connect_timeout_s: float
+    heartbeat_ms: int
+
+    @property
+    def login(self) -> tuple[str | None, str | None]:
+        return self.username, self.password.reveal() if self.password else None
+
+
+def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
+    try:
+        nodes = parse_nodes(raw.get("brokers", ""))
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    initial = _int(raw, "initialReconnectDelay", 0, 1000)
+    maximum = _int(raw, "maxReconnectDelay", 1, 30000)
+    assert initial is not None and maximum is not None
+    if initial > maximum:
+        raise OptionError(
+            f"option 'initialReconnectDelay' ({initial}) must not exceed "
+            f"'maxReconnectDelay' ({maximum})"
+        )
+    password = raw.get("password")
+    username = raw.get("username")
+    if password is not None and not username:
+        raise OptionError("option 'password' is set but 'username' is not")
+    header = (raw.get("groupidheader") or "clustermq_group").strip()
+    if not header or any(c in header for c in ":\n\r"):
+        raise OptionError(f"option 'groupIdHeader': '{header}' is not a valid STOMP header name")
+    connect_timeout = _int(raw, "connectTimeout", 1, 10000)
+    heartbeat = _int(raw, "heartbeat", 0, 10000)
+    assert connect_timeout is not None and heartbeat is not None
+    return ConnectionOptions(
+        nodes=nodes,
+        queue=_queue(raw),
+        flavor=_choice(raw, "flavor", FLAVORS, "auto"),
+        username=username,
+        password=Secret(password) if password is not None else None,
+        group_id_header=header,
+        reconnect=ReconnectPolicy(
+            initial_delay_s=initial / 1000.0,
+            max_delay_s=maximum / 1000.0,
+            exponential=_bool(raw, "useExponentialBackOff", True),
+            multiplier=_float(raw, "backOffMultiplier", 1.0, 2.0),
+        ),
+        connect_timeout_s=connect_timeout / 1000.0,
+        heartbeat_ms=heartbeat,
+    )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Validated options of the streaming reader."""
+
+    connection: ConnectionOptions
+    num_partitions: int
+    max_messages_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    prefetch_per_node: int
+    ack_mode: str
+    no_node_timeout_s: float
+    available_now_idle_timeout_s: float
+    replay_timeout_s: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
+        raw = _check_known(options, "read")
+        conn = parse_connection_options(raw)
+        max_messages = _int(raw, "maxMessagesPerTrigger", 1, None)
+        max_bytes = _int(raw, "maxBytesPerTrigger", 1, None)
+        prefetch_default = 2 * max_messages if max_messages else 10000
+        prefetch = _int(raw, "prefetchPerNode", 1, prefetch_default)
+        assert prefetch is not None
+        partitions = _int(raw, "numPartitions", 1, len(conn.nodes))
+        assert partitions is not None
+        no_node = _int(raw, "noNodeTimeout", 1, 120000)
+        idle = _int(raw, "availableNowIdleTimeout", 1, 10000)
+        replay = _int(raw, "replayTimeout", 1, 60000)
+        assert no_node is not None and idle is not None and replay is not None
+        return cls(
+            connection=conn,
+            num_partitions=partitions,
+            max_messages_per_trigger=max_messages,
+            max_bytes_per_trigger=max_bytes,
+            prefetch_per_node=prefetch,
+            ack_mode=_choice(raw, "ackMode", ACK_MODES, "client"),
+            no_node_timeout_s=no_node / 1000.0,
+            available_now_idle_timeout_s=idle / 1000.0,
+            replay_timeout_s=replay / 1000.0,
+        )

@@ -1,0 +1,343 @@
+"""One node's subscription: a STOMP connection, a bounded buffer, and reconnection with back-off.
+
+Lives only in the driver-side reader process (see DESIGN.md §2). stomp.py's receiver thread
+only appends to the buffer; acknowledgements are sent from the caller's thread (Spark's
+``latestOffset``/``commit``), never from the receiver thread, which deadlocked in a measurement.
+
+Sequence numbers: every delivered message gets the node's next delivery counter value. The
+counter's starting point (``base``) is unknown until Spark names a start offset; messages that
+arrive before that wait in ``_unnumbered``. Offsets up to ``reserved_end`` were handed to Spark
+and may still be asked for by ``partitions``; everything from there on is ours to drop when a
+connection is lost (the broker gives those messages back and redelivers them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import stomp
+
+from .connection import NodeUnavailable, close_connection, open_connection
+from .dialect import BrokerDialect, resolve_dialect
+from .nodes import Node
+from .options import ReadOptions
+
+log = logging.getLogger("clustermq.subscription")
+
+# Headers that describe the delivery on this connection, not the message.
+_CONNECTION_HEADERS = frozenset({"ack", "subscription", "content-length"})
+
+
+@dataclass(slots=True)
+class BufferedMessage:
+    headers: dict[str, str]
+    body: bytes
+    ack_id: str | None
+    generation: int
+    arrival: int
+    seq: int = -1
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+@dataclass
+class NodeStatus:
+    node: str
+    connected: bool
+    buffered: int
+    next_seq: int | None
+    acked_upto: int | None
+    reconnects: int
+    last_error: str | None = field(default=None)
+
+
+class _Receiver(stomp.ConnectionListener):
+    def __init__(self, owner: "NodeSubscription", generation: int) -> None:
+        self.owner = owner
+        self.generation = generation
+
+    def on_message(self, frame: Any) -> None:
+        self.owner._on_message(frame, self.generation)
+
+    def on_disconnected(self) -> None:
+        self.owner._on_lost(self.generation, "connection lost")
+
+    def on_heartbeat_timeout(self) -> None:
+        self.owner._on_lost(self.generation, "heart-beat timeout")
+
+    def on_error(self, frame: Any) -> None:
+        message = frame.headers.get("message", "ERROR frame")
+        log.error("node %s sent ERROR: %s", self.owner.node.name, message)
+        self.owner._note_error(message)
+
+
+class NodeSubscription:
+    """The query's competing consumer on one node."""
+
+    def __init__(
+        self,
+        node: Node,
+        index: int,
+        options: ReadOptions,
+        arrivals: Iterator[int],
+        on_dropped: Callable[[int], None],
+    ) -> None:
+        self.node = node
+        self.index = index
+        self.options = options
+        self.dialect: BrokerDialect | None = None
+        self._arrivals = arrivals
+        self._on_dropped = on_dropped
+        self._lock = threading.Condition()
+        self._conn: stomp.Connection12 | None = None
+        self._generation = 0
+        self._connected = False
+        self._lost = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unnumbered: list[BufferedMessage] = []
+        self._messages: deque[BufferedMessage] = deque()
+        self.base: int | None = None
+        self.next_seq: int | None = None
+        self.reserved_end: int | None = None
+        self.acked_upto: int | None = None
+        self.reconnects = 0
+        self.last_error: str | None = None
+        self.last_arrival = time.monotonic()
+        self.last_connected = 0.0
+
+    # ------------------------------------------------------------------ connection
+    def connect_once(self) -> None:
+        """One connection attempt; raises :class:`NodeUnavailable`."""
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+        conn, connected = open_connection(
+            self.node, self.options.connection, _Receiver(self, generation)
+        )
+        try:
+            dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
+            conn.subscribe(
+                destination=dialect.destination(self.options.connection.queue),
+                id=f"clustermq-{self.index}",
+                ack=self.options.ack_mode,
+                headers=dialect.subscribe_headers(
+                    self.options.prefetch_per_node, self._window_bytes()
+                ),
+            )
+        except Exception:
+            close_connection(conn)
+            raise
+        with self._lock:
+            self.dialect = dialect
+            self._conn = conn
+            self._connected = True
+            self._lost.clear()
+            self.last_connected = time.monotonic()
+            self.last_error = None
+        log.info("subscribed to %s on node %s (%s)", self.options.connection.queue,
+                 self.node.name, dialect.name)
+
+    def _window_bytes(self) -> int:
+        """Artemis flow control counts bytes: room for a full prefetch of 64 KiB messages."""
+        return max(1 << 20, min(self.options.prefetch_per_node * 65536, 1 << 30))
+
+    def start(self) -> None:
+        """Run the reconnect supervisor; the first attempt was made by the caller."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._supervise, name=f"clustermq-node-{self.index}", daemon=True
+            )
+            self._thread.start()
+
+    def _supervise(self) -> None:
+        next_delay = self.options.connection.reconnect.delays()
+        while not self._stopping.is_set():
+            if self._connected:
+                self._lost.wait(1.0)
+                continue
+            delay = next_delay()
+            if self._stopping.wait(delay):
+                return
+            try:
+                self.connect_once()
+            except (NodeUnavailable, OSError, stomp.exception.StompException) as exc:
+                self._note_error(str(exc))
+                log.warning("node %s still unreachable, next attempt in <= %.1f s: %s",
+                            self.node.name, self.options.connection.reconnect.max_delay_s, exc)
+                continue
+            self.reconnects += 1
+            next_delay = self.options.connection.reconnect.delays()
+
+    def _note_error(self, message: str) -> None:
+        self.last_error = message
+
+    def _on_lost(self, generation: int, reason: str) -> None:
+        """Called from stomp.py's thread: forget what was not handed to Spark yet."""
+        with self._lock:
+            if generation != self._generation or not self._connected:
+                return
+            self._connected = False
+            conn, self._conn = self._conn, None
+            dropped = self._drop_unreserved()
+            self._lock.notify_all()
+        log.warning("lost node %s (%s); %d unplanned messages given back to the broker",
+                    self.node.name, reason, dropped)
+        self._on_dropped(dropped)
+        self._lost.set()
+        if conn is not None:
+            threading.Thread(target=close_connection, args=(conn,), daemon=True).start()
+
+    def _drop_unreserved(self) -> int:
+        dropped = len(self._unnumbered)
+        self._unnumbered.clear()
+        if self.reserved_end is not None:
+            while self._messages and self._messages[-1].seq >= self.reserved_end:
+                self._messages.pop()
+                dropped += 1
+            self.next_seq = max(self.reserved_end, self._messages[-1].seq + 1 if self._messages else 0)
+        return dropped
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._connected = False
+        close_connection(conn)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    # ------------------------------------------------------------------ buffer
+    def _on_message(self, frame: Any, generation: int) -> None:
+        headers = {k: v for k, v in frame.headers.items() if k not in _CONNECTION_HEADERS}
+        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
+        message = BufferedMessage(
+            headers=headers,
+            body=body,
+            ack_id=frame.headers.get("ack"),
+            generation=generation,
+            arrival=next(self._arrivals),
+        )
+        with self._lock:
+            if generation != self._generation:
+                return  # a late frame of a lost connection: the broker redelivers it
+            if self.next_seq is None:
+                self._unnumbered.append(message)
+            else:
+                message.seq = self.next_seq
+                self.next_seq += 1
+                self._messages.append(message)
+            self.last_arrival = time.monotonic()
+            self._lock.notify_all()
+
+    def set_base(self, start: int) -> None:
+        """Number the stream from ``start`` (the first offset Spark names for this node)."""
+        with self._lock:
+            if self.base is not None:
+                return
+            self.base = start
+            self.next_seq = start
+            self.reserved_end = start
+            self.acked_upto = start
+            for message in self._unnumbered:
+                message.seq = self.next_seq
+                self.next_seq += 1
+                self._messages.append(message)
+            self._unnumbered.clear()
+
+    def available(self, start: int, cap_arrival: int | None = None) -> list[int]:
+        """Body sizes of buffered messages from ``start`` on (optionally only arrivals < cap)."""
+        with self._lock:
+            sizes = []
+            for message in self._messages:
+                if message.seq < start:
+                    continue
+                if cap_arrival is not None and message.arrival >= cap_arrival:
+                    break
+                sizes.append(message.size)
+            return sizes
+
+    def reserve(self, end: int) -> None:
+        """Offsets below ``end`` were handed to Spark: keep them across a lost connection."""
+        with self._lock:
+            if self.reserved_end is None or end > self.reserved_end:
+                self.reserved_end = end
+
+    def take(self, start: int, end: int, wait_s: float) -> list[BufferedMessage]:
+        """Messages with ``start <= seq < end``; a replay after a restart waits for redelivery.
+
+        If the brokers cannot redeliver enough within ``wait_s`` (another consumer took them),
+        the rest of the range is skipped, so a later message can never be numbered inside a
+        range Spark has already planned (it would be acknowledged without being emitted).
+        """
+        deadline = time.monotonic() + wait_s
+        with self._lock:
+            while (self.next_seq is None or self.next_seq < end) and not self._stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(min(remaining, 0.5))
+            if self.next_seq is not None and self.next_seq < end:
+                log.warning(
+                    "node %s: replay of offsets [%d, %d) got only %d messages in %.0f s; "
+                    "the rest were consumed elsewhere or not redelivered yet",
+                    self.node.name, start, end, self.next_seq - start, wait_s)
+                self.next_seq = end
+            if self.reserved_end is None or end > self.reserved_end:
+                self.reserved_end = end
+            return [m for m in self._messages if start <= m.seq < end]
+
+    def acknowledge(self, upto: int) -> int:
+        """Acknowledge every message below ``upto``; cumulative and idempotent.
+
+        Messages that arrived on an earlier connection cannot be acknowledged (an ACK must travel
+        on the receiving connection); the broker already took them back and redelivers them.
+        """
+        with self._lock:
+            if self.acked_upto is None or upto <= self.acked_upto:
+                return 0
+            done: list[BufferedMessage] = []
+            while self._messages and self._messages[0].seq < upto:
+                done.append(self._messages.popleft())
+            self.acked_upto = upto
+            conn = self._conn
+            generation = self._generation
+        current = [m for m in done if m.generation == generation and m.ack_id]
+        if not current or conn is None:
+            return 0
+        try:
+            if self.options.ack_mode == "client":
+                conn.ack(current[-1].ack_id)
+            else:
+                for message in current:
+                    conn.ack(message.ack_id)
+        except Exception as exc:  # noqa: BLE001 - the broker redelivers; duplicates are visible
+            log.warning("node %s: ACK failed (%s); %d messages will be redelivered",
+                        self.node.name, exc, len(current))
+            return 0
+        return len(current)
+
+    def status(self) -> NodeStatus:
+        with self._lock:
+            return NodeStatus(
+                node=self.node.name,
+                connected=self._connected,
+                buffered=len(self._messages) + len(self._unnumbered),
+                next_seq=self.next_seq,
+                acked_upto=self.acked_upto,
+                reconnects=self.reconnects,
+                last_error=self.last_error,
+            )
+
+    def __iter__(self) -> Iterator[BufferedMessage]:
+        with self._lock:
+            return iter(list(self._messages))

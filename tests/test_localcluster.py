@@ -1,0 +1,382 @@
+"""The local ActiveMQ Classic cluster harness and queue depth, against real brokers (no mocks).
+
+One 3-node cluster (dynamic ports, temporary directory) is shared by the module; it is always
+stopped by pid in the fixture's ``finally``. Waiting is by polling with a deadline, never by
+sleeping a fixed time.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import stomp
+
+from clustermq.depth import QueueDepths, format_depth_table, normalize_queue_name, queue_depths
+from clustermq.localcluster import ClusterStartError, LocalCluster, get_flavor
+from clustermq.localcluster.classic import ClassicFlavor
+from clustermq.localcluster.ports import free_ports, node_ports
+from clustermq.localcluster.state import ClusterState, NodeState
+from clustermq.localcluster.stompprobe import stomp_connect
+from clustermq.localcluster.templates import render
+from clustermq.nodes import Node, parse_nodes
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def poll(check: Callable[[], object], timeout: float, what: str, interval: float = 0.2) -> object:
+    """Call ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Collector(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.messages: "queue.Queue[stomp.utils.Frame]" = queue.Queue()
+        self.receipts: set[str] = set()
+        self.errors: list[str] = []
+        self.connected = threading.Event()
+        self.cond = threading.Condition()
+
+    def on_connected(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.connected.set()
+
+    def on_message(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.messages.put(frame)
+
+    def on_receipt(self, frame) -> None:  # type: ignore[no-untyped-def]
+        with self.cond:
+            self.receipts.add(frame.headers["receipt-id"])
+            self.cond.notify_all()
+
+    def on_error(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.errors.append(frame.headers.get("message", frame.body))
+
+    def wait_receipt(self, receipt: str, timeout: float = 20.0) -> None:
+        with self.cond:
+            if not self.cond.wait_for(lambda: receipt in self.receipts, timeout):
+                pytest.fail(f"no RECEIPT {receipt} within {timeout}s (errors: {self.errors})")
+
+
+@contextmanager
+def client(node: Node, username: str, password: str) -> Iterator[tuple[stomp.Connection12, Collector]]:
+    conn = stomp.Connection12([(node.host, node.port)], heartbeats=(0, 0), reconnect_attempts_max=1, timeout=5)
+    listener = Collector()
+    conn.set_listener("test", listener)
+    conn.connect(username, password, wait=False)
+    try:
+        if not listener.connected.wait(20):
+            pytest.fail(f"no CONNECTED from {node.name} (errors: {listener.errors})")
+        yield conn, listener
+    finally:
+        if conn.is_connected():
+            conn.disconnect()
+        conn.transport.disconnect_socket()
+
+
+def send_persistent(node: Node, creds, destination: str, bodies: list[str]) -> None:
+    """Send with ``persistent:true``; a receipt on the last frame proves the broker has them all."""
+    with client(node, *creds) as (conn, listener):
+        for i, body in enumerate(bodies):
+            headers = {"persistent": "true"}
+            if i == len(bodies) - 1:
+                headers["receipt"] = "sent-all"
+            conn.send(destination, body, headers=headers)
+        listener.wait_receipt("sent-all")
+
+
+def consume_exactly(node: Node, creds, destination: str, count: int, timeout: float = 60.0) -> list[str]:
+    """Receive and individually ACK ``count`` messages from ``node``; return their bodies."""
+    bodies: list[str] = []
+    with client(node, *creds) as (conn, listener):
+        conn.subscribe(destination, id="sub", ack="client-individual")
+        deadline = time.monotonic() + timeout
+        while len(bodies) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                pytest.fail(f"got {len(bodies)} of {count} messages from {node.name} within {timeout}s")
+            try:
+                frame = listener.messages.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            bodies.append(frame.body)
+            receipt = "acked-all" if len(bodies) == count else None
+            conn.ack(frame.headers["ack"], receipt=receipt)  # STOMP 1.2: the MESSAGE's ack header
+        listener.wait_receipt("acked-all")
+        conn.unsubscribe("sub")
+    return bodies
+
+
+def depths_of(cluster: LocalCluster, queue_name: str) -> QueueDepths:
+    creds = cluster.credentials
+    return queue_depths(cluster.nodes(), queue_name, creds.username, creds.password, timeout=10)
+
+
+def unique_queue(prefix: str) -> str:
+    return f"test.{prefix}.{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------- the shared cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """This module's own cluster (it shadows conftest's session-wide one on purpose: these tests
+    kill and restart nodes, which other modules should not have to live with)."""
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        started = time.monotonic()
+        lines: list[str] = []
+        local.up(nodes=3, progress=lines.append)
+        print(f"\n3-node classic cluster up in {time.monotonic() - started:.1f} s: {local.brokers}")
+        yield local
+    finally:
+        local.down()
+        for i in range(3):
+            assert not local.is_running(i)
+
+
+# --------------------------------------------------------------------------- cluster tests
+
+
+def test_up_records_state(cluster: LocalCluster) -> None:
+    path = cluster.dir / "cluster.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    state = ClusterState.load(cluster.dir)
+    assert state is not None and state.flavor == "classic" and state.version == "5.18.3"
+    assert state.username == "clustermq" and len(state.password) >= 16
+    nodes = cluster.nodes()
+    assert len(nodes) == 3 and len({n.port for n in nodes}) == 3
+    assert parse_nodes(cluster.brokers) == nodes
+    assert all(node.host == "127.0.0.1" for node in nodes)
+    # Another object (as another process would) sees the same cluster.
+    rows = LocalCluster(cluster.dir).status()
+    assert [r["name"] for r in rows] == ["node0", "node1", "node2"]
+    assert all(r["running"] and r["ready"] for r in rows), rows
+    for i in range(3):
+        config = (cluster.node_dir(i) / "conf" / "activemq.xml").read_text()
+        assert f'brokerName="node{i}"' in config
+        assert config.count("<networkConnector ") == 2
+        assert stat.S_IMODE((cluster.node_dir(i) / "conf" / "activemq.xml").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(("src", "dst"), [(0, 2), (2, 1)])
+def test_network_moves_messages_between_nodes(cluster: LocalCluster, src: int, dst: int) -> None:
+    """Sent to one node with no consumer anywhere, consumed by a client connected only to another."""
+    creds = cluster.credentials
+    nodes = cluster.nodes()
+    dest = "/queue/" + unique_queue("flow")
+    bodies = [f"flow-{i}" for i in range(200)]
+    send_persistent(nodes[src], creds, dest, bodies)
+    received = consume_exactly(nodes[dst], creds, dest, len(bodies))
+    assert sorted(received) == sorted(bodies)  # every message exactly once
+    depths = poll(lambda: (d := depths_of(cluster, dest)).complete and d.total == 0 and d, 30, "empty queue")
+    assert set(depths.values()) == {0}
+
+
+def test_stranded_messages_replay_back_to_origin(cluster: LocalCluster) -> None:
+    """A consumer on node2 pulls node0's messages over, then leaves without acknowledging; a
+    consumer on node0 still gets every one of them (replayWhenNoConsumers)."""
+    creds = cluster.credentials
+    node0, _, node2 = cluster.nodes()
+    name = unique_queue("replay")
+    bodies = [f"r-{i}" for i in range(50)]
+    send_persistent(node0, creds, f"/queue/{name}", bodies)
+    with client(node2, *creds) as (conn, listener):
+        conn.subscribe(f"/queue/{name}", id="grab", ack="client-individual")
+        listener.messages.get(timeout=30)  # received, never acknowledged
+        poll(lambda: depths_of(cluster, name)[node2.name] == 50, 30, "all messages moved to node2")
+    poll(lambda: depths_of(cluster, name)[node2.name] == 50, 30, "unacked messages back on node2's queue")
+    received = consume_exactly(node0, creds, f"/queue/{name}", 50)
+    assert sorted(received) == sorted(bodies)
+    poll(lambda: depths_of(cluster, name).total == 0, 30, "empty queue")
+
+
+def test_depth_per_node_and_total(cluster: LocalCluster) -> None:
+    creds = cluster.credentials
+    node0, node1, node2 = cluster.nodes()
+    name = unique_queue("depth")
+    send_persistent(node1, creds, f"/queue/{name}", [f"d-{i}" for i in range(30)])
+    depths = depths_of(cluster, name)
+    assert depths.complete, depths.errors
+    assert dict(depths) == {node0.name: 0, node1.name: 30, node2.name: 0}
+    assert depths.total == 30
+    table = format_depth_table(depths)
+    assert table.splitlines()[-1].split() == ["total", "30"]
+
+    consume_exactly(node1, creds, f"/queue/{name}", 30)
+    poll(lambda: depths_of(cluster, name).total == 0, 30, f"depth of {name} to reach 0")
+    assert dict(depths_of(cluster, name)) == {node0.name: 0, node1.name: 0, node2.name: 0}
+
+
+def test_depth_of_queue_that_never_existed_is_zero(cluster: LocalCluster) -> None:
+    depths = depths_of(cluster, "/queue/" + unique_queue("never"))
+    assert depths.complete, depths.errors
+    assert list(depths.values()) == [0, 0, 0] and depths.total == 0
+
+
+def test_depth_reports_unreachable_node_and_keeps_the_others(cluster: LocalCluster) -> None:
+    creds = cluster.credentials
+    dead = Node("127.0.0.1", free_ports(1)[0])  # nothing listens there
+    depths = queue_depths([*cluster.nodes(), dead], unique_queue("gone"), *creds, timeout=5)
+    assert depths[dead.name] is None and dead.name in depths.errors
+    assert [depths[n.name] for n in cluster.nodes()] == [0, 0, 0]
+    assert not depths.complete
+    assert "incomplete" in format_depth_table(depths)
+
+
+def test_wrong_password_is_refused(cluster: LocalCluster) -> None:
+    node = cluster.nodes()[0]
+    user, password = cluster.credentials
+    assert stomp_connect(node.host, node.port, user, password).ok
+    wrong = stomp_connect(node.host, node.port, user, password + "x")
+    assert not wrong.ok
+    anonymous = stomp_connect(node.host, node.port, None, None)
+    assert not anonymous.ok
+    default_creds = stomp_connect(node.host, node.port, "admin", "admin")
+    assert not default_creds.ok
+    depths = queue_depths([node], "anything", user, "not-the-password", timeout=10)
+    assert depths[node.name] is None and depths.errors[node.name]
+
+
+def test_killed_node_keeps_persisted_message_after_restart(cluster: LocalCluster) -> None:
+    creds = cluster.credentials
+    node2 = cluster.nodes()[2]
+    name = unique_queue("restart")
+    body = f"survivor-{uuid.uuid4()}"
+    send_persistent(node2, creds, f"/queue/{name}", [body])
+    old_pid = cluster.state().nodes[2].pid
+
+    cluster.kill_node(2)  # SIGKILL: no clean shutdown of the store
+    assert not cluster.is_running(2)
+    assert cluster.state().nodes[2].pid is None
+    depths = depths_of(cluster, name)
+    assert depths[node2.name] is None and node2.name in depths.errors
+
+    cluster.start_node(2)
+    state = cluster.state().nodes[2]
+    assert state.pid not in (None, old_pid) and cluster.is_running(2)
+    assert cluster.nodes()[2] == node2  # same ports
+    assert depths_of(cluster, name)[node2.name] == 1
+    assert consume_exactly(node2, creds, f"/queue/{name}", 1) == [body]
+
+
+def test_kill_then_down_is_idempotent_with_dead_nodes(tmp_path: Path) -> None:
+    """A 1-node cluster on a base port: kill it, then down() twice; also the start timeout path."""
+    local = LocalCluster(tmp_path / "single")
+    try:
+        base = _free_base_port()
+        nodes = local.up(nodes=1, base_port=base)
+        assert nodes == [Node("127.0.0.1", base)]
+        assert local.state().nodes[0].peer_port == base + 1
+        local.kill_node(0, sig=signal.SIGTERM)
+        assert not local.is_running(0)
+        local.down()
+        local.down()
+        assert all(n.pid is None for n in local.state().nodes)
+    finally:
+        local.down()
+
+
+def test_up_failure_reports_log_and_stops_everything(tmp_path: Path) -> None:
+    local = LocalCluster(tmp_path / "too-slow")
+    try:
+        with pytest.raises(ClusterStartError) as info:
+            local.up(nodes=2, timeout=0.5)
+        assert "last lines of" in str(info.value)
+        assert not local.is_running(0) and not local.is_running(1)
+    finally:
+        local.down()
+
+
+def _free_base_port() -> int:
+    for candidate in free_ports(20):
+        try:
+            node_ports(1, candidate)
+        except RuntimeError:
+            continue
+        return candidate
+    pytest.skip("no free pair of adjacent ports found")
+
+
+# --------------------------------------------------------------------------- no broker needed
+
+
+def test_up_refuses_foreign_directory_and_artemis(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("not a cluster")
+    with pytest.raises(RuntimeError, match="refusing"):
+        LocalCluster(tmp_path).up(nodes=1)
+    with pytest.raises(NotImplementedError, match="artemis"):
+        LocalCluster(tmp_path / "a").up(flavor="artemis")
+    with pytest.raises(NotImplementedError):
+        get_flavor("artemis")
+
+
+def test_template_rendering_is_strict() -> None:
+    assert render("a={{x}} b={{y}}", {"x": 1, "y": "&"}) == "a=1 b=&"
+    with pytest.raises(KeyError, match="y"):
+        render("{{x}}{{y}}", {"x": 1})
+
+
+def test_bridge_state_from_log_lines() -> None:
+    state = ClusterState(
+        flavor="classic", version="5.18.3", home="/x", username="u", password="p",
+        nodes=[NodeState(i, f"node{i}", "127.0.0.1", 1000 + 10 * i, 1001 + 10 * i) for i in range(3)],
+    )
+    log = "\n".join([
+        "t | INFO  | Network connection between vm://node0#2 and tcp:///127.0.0.1:1011@36528 (node1) has been established. | c | t",
+        "t | INFO  | Network connection between vm://node0#4 and tcp:///127.0.0.1:1021@36529 (node2) has been established. | c | t",
+        "t | WARN  | Network connection between vm://node0#4 and tcp:///127.0.0.1:1021@36529 shutdown due to a remote error: java.io.EOFException | c | t",
+        "t | INFO  | node0 bridge to node2 stopped | c | t",
+        "t | INFO  | node0 Shutting down node0-to-node2 | c | t",
+    ])
+    assert ClassicFlavor().connected_peers(state, state.nodes[0], log) == {"node1"}
+    again = log + "\nt | INFO  | Network connection between vm://node0#9 and tcp:///127.0.0.1:1021@4 (node2) has been established. | c | t"
+    assert ClassicFlavor().connected_peers(state, state.nodes[0], again) == {"node1", "node2"}
+
+
+def test_queue_name_validation() -> None:
+    assert normalize_queue_name("/queue/orders.eu") == "orders.eu"
+    for bad in ("", "a.*", "a.>", "a,b", "/topic/x"):
+        with pytest.raises(ValueError):
+            normalize_queue_name(bad)
+
+
+def test_fetch_is_safe_with_concurrent_callers(tmp_path: Path) -> None:
+    """Two processes fetch into an empty cache at once: one extraction, same complete tree."""
+    env = {**os.environ, "CLUSTERMQ_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO / "connector")}
+    code = "from clustermq.localcluster.fetch import ensure_distribution; print(ensure_distribution())"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    homes = {out.strip().splitlines()[-1] for out, _ in outputs}
+    assert len(homes) == 1
+    home = Path(homes.pop())
+    assert (home / "bin" / "activemq.jar").is_file() and (home / ".clustermq-complete").is_file()
+    assert list(home.parent.glob("apache-activemq-*")) == [home]  # no leftovers
+    assert not [p for p in home.parent.iterdir() if p.name.startswith(".apache") and p.is_dir()]

@@ -1,0 +1,175 @@
+"""The streaming reader against a live 3-node Classic cluster and a real local Spark."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+
+def new_queue(tag: str) -> str:
+    return f"test.{tag}.{uuid.uuid4().hex[:8]}"
+
+
+def drain(
+    spark: SparkSession, options: dict[str, str], work: Path, timeout: float = 300.0
+) -> tuple[DataFrame, list[dict]]:
+    """Trigger.AvailableNow into Parquet; every row tagged with its batch and Spark partition."""
+    out = work / "out"
+    df = spark.readStream.format("clustermq").options(**options).load()
+    df = df.withColumn("partition", F.spark_partition_id())
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        batch.withColumn("batch_id", F.lit(batch_id)).write.mode("append").parquet(str(out))
+
+    query = (
+        df.writeStream.foreachBatch(write_batch)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(timeout), "AvailableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    rows = spark.read.parquet(str(out)) if out.exists() else spark.createDataFrame([], "x int")
+    return rows, progress
+
+
+def loadgen_ids(rows: DataFrame) -> list[int]:
+    return [int(r[0]) for r in rows.select(F.col("headers")["loadgen_id"]).collect()]
+
+
+def test_available_now_drains_grouped_backlog(spark: SparkSession, broker, tmp_path: Path) -> None:
+    """The issue's acceptance run: 20,000 messages, 100 groups, maxMessagesPerTrigger=3000."""
+    queue = new_queue("drain")
+    produced = broker.produce(queue, 20_000, groups=100)
+    assert sum(produced.values()) == 20_000
+    rows, progress = drain(spark, broker.reader_options(queue, maxMessagesPerTrigger=3000), tmp_path)
+
+    assert rows.count() == 20_000
+    assert rows.select("message_id").distinct().count() == 20_000
+    assert sorted(loadgen_ids(rows)) == list(range(20_000))
+    # admission control: no batch above the limit, and at least 7 batches for 20,000
+    sizes = [p["numInputRows"] for p in progress]
+    assert max(sizes) <= 3000 and sum(sizes) == 20_000 and len(sizes) >= 7
+    # every group id in exactly one partition index per batch
+    split = (
+        rows.groupBy("batch_id", "group_id").agg(F.countDistinct("partition").alias("n"))
+        .where("n > 1").count()
+    )
+    assert split == 0
+    # each group came from one node, in producer order within its node
+    for r in rows.groupBy("group_id").agg(F.countDistinct("node").alias("n")).collect():
+        assert r["n"] == 1
+    ordered = rows.select(
+        "group_id", "batch_id", "sequence", F.col("headers")["loadgen_group_seq"].cast("int").alias("pos")
+    ).orderBy("batch_id", "sequence").collect()
+    last: dict[str, int] = {}
+    for r in ordered:
+        assert r["pos"] > last.get(r["group_id"], -1), f"group {r['group_id']} out of order"
+        last[r["group_id"]] = r["pos"]
+    # schema as documented; columns filled
+    first = rows.where("group_id is not null").first()
+    assert first["destination"] == f"/queue/{queue}"
+    assert first["timestamp"] is not None and first["priority"] is not None
+    assert first["redelivered"] is False
+    assert json.loads(first["body"])["order"] == int(first["headers"]["loadgen_id"])
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_admission_control_by_messages_and_bytes(spark: SparkSession, broker, tmp_path: Path) -> None:
+    queue = new_queue("limits")
+    broker.produce(queue, 1200, size=1000)
+    rows, progress = drain(spark, broker.reader_options(queue, maxMessagesPerTrigger=250), tmp_path / "a")
+    sizes = [p["numInputRows"] for p in progress]
+    assert sum(sizes) == 1200 and max(sizes) <= 250 and len(sizes) >= 5
+
+    broker.produce(queue, 600, size=1000)
+    rows, progress = drain(
+        spark, broker.reader_options(queue, maxBytesPerTrigger=100_000), tmp_path / "b"
+    )
+    sizes = [p["numInputRows"] for p in progress]
+    assert sum(sizes) == 600 and max(sizes) <= 100  # 1000-byte bodies, 100 kB per batch
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_group_to_partition_is_stable_across_runs(spark: SparkSession, broker, tmp_path: Path) -> None:
+    queue = new_queue("stable")
+    placements: list[dict[str, int]] = []
+    for run in range(2):
+        broker.produce(queue, 900, groups=30, prefix="cust-")
+        rows, _ = drain(spark, broker.reader_options(queue, numPartitions=4), tmp_path / f"run{run}")
+        placement = {r["group_id"]: r["partition"] for r in rows.select("group_id", "partition").distinct().collect()}
+        assert len(placement) == 30  # one partition per group
+        placements.append(placement)
+    assert placements[0] == placements[1]
+    assert len(set(placements[0].values())) > 1  # groups do spread
+
+
+def test_unreachable_node_is_reported_and_others_keep_working(
+    spark: SparkSession, broker, tmp_path: Path, free_port: int
+) -> None:
+    queue = new_queue("deadnode")
+    broker.produce(queue, 300)
+    options = broker.reader_options(queue, initialReconnectDelay=100, maxReconnectDelay=500)
+    options["brokers"] = options["brokers"] + f",127.0.0.1:{free_port}"
+    rows, _ = drain(spark, options, tmp_path)
+    assert sorted(loadgen_ids(rows)) == list(range(300))
+    assert f"127.0.0.1:{free_port}" not in {r["node"] for r in rows.select("node").distinct().collect()}
+
+
+def test_no_reachable_node_fails_with_a_clear_error(spark: SparkSession, free_port: int, tmp_path: Path) -> None:
+    df = (
+        spark.readStream.format("clustermq")
+        .option("brokers", f"127.0.0.1:{free_port}").option("queue", "q")
+        .option("username", "u").option("password", "hunter2-secret").load()
+    )
+    query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start()
+    with pytest.raises(Exception) as err:
+        query.awaitTermination(60)
+    text = str(err.value)
+    assert "no broker node is reachable" in text and f"127.0.0.1:{free_port}" in text
+    assert "hunter2-secret" not in text
+
+
+def test_wrong_password_is_a_clear_error_without_the_password(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    options = broker.reader_options("q.auth")
+    options["password"] = "definitely-wrong-pw"
+    query = (
+        spark.readStream.format("clustermq").options(**options).load()
+        .writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start()
+    )
+    with pytest.raises(Exception) as err:
+        query.awaitTermination(60)
+    text = str(err.value)
+    assert "login failed" in text and "definitely-wrong-pw" not in text
+
+
+@pytest.mark.parametrize(
+    "option, value, fragment",
+    [
+        ("maxMessagesPerTrigger", "-5", "maxMessagesPerTrigger"),
+        ("brokers", "nohostport", "brokers"),
+        ("startingOffsets", "earliest", "unknown option 'startingoffsets'"),
+    ],
+)
+def test_bad_options_fail_at_load_before_consuming(
+    spark: SparkSession, broker, option: str, value: str, fragment: str
+) -> None:
+    queue = new_queue("badopt")
+    broker.produce(queue, 10)
+    options = broker.reader_options(queue)
+    options[option] = value
+    with pytest.raises(Exception) as err:
+        spark.readStream.format("clustermq").options(**options).load()
+    assert fragment in str(err.value)
+    assert sum(d or 0 for d in broker.depths(queue).values()) == 10  # nothing consumed

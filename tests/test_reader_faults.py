@@ -1,0 +1,136 @@
+"""Faults with exact counts: a killed driver process, a killed broker node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+DRIVER = Path(__file__).parent / "drivers" / "stream_to_parquet.py"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def committed_batches(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
+
+
+def start_driver(broker, queue: str, out: Path, checkpoint: Path, trigger: str, log: Path) -> subprocess.Popen:
+    username, password = broker.cluster.credentials
+    env = dict(os.environ, CLUSTERMQ_USERNAME=username, CLUSTERMQ_PASSWORD=password)
+    args = [sys.executable, str(DRIVER), "--brokers", broker.cluster.brokers, "--queue", queue,
+            "--out", str(out), "--checkpoint", str(checkpoint), "--trigger", trigger,
+            "--max-messages", "400"]
+    return subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the driver and its Spark JVM (same process group); reap the leader."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def ids_in(spark: SparkSession, out: Path) -> list[int]:
+    rows = spark.read.parquet(str(out)).select(F.col("headers")["loadgen_id"].cast("int")).collect()
+    return [r[0] for r in rows]
+
+
+def test_killed_driver_loses_nothing_and_acks_only_committed(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    queue = f"test.kill.{uuid.uuid4().hex[:8]}"
+    total = 6000
+    broker.produce(queue, total)
+    out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
+
+    proc = start_driver(broker, queue, out, checkpoint, "processingTime", log)
+    try:
+        wait_for(lambda: committed_batches(checkpoint) >= 3 or proc.poll() is not None, 180,
+                 "three committed batches")
+        assert proc.poll() is None, log.read_text()[-3000:]
+    finally:
+        kill_group(proc)
+
+    # Only messages of committed batches may have been acknowledged.
+    committed_rows = len(ids_in(spark, out))
+    wait_for(lambda: all(d is not None for d in broker.depths(queue).values()), 30, "depth")
+    remaining = sum(d or 0 for d in broker.depths(queue).values())
+    acknowledged = total - remaining
+    assert 0 < acknowledged <= committed_rows, (acknowledged, committed_rows)
+
+    proc = start_driver(broker, queue, out, checkpoint, "availableNow", log)
+    try:
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+
+    ids = ids_in(spark, out)
+    assert set(ids) == set(range(total)), f"missing {len(set(range(total)) - set(ids))}"
+    duplicates = len(ids) - len(set(ids))
+    rows = spark.read.parquet(str(out))
+    # duplicates can only come from redelivery, and are flagged so sinks can drop them
+    dup_ids = rows.groupBy(F.col("headers")["loadgen_id"].alias("i")).count().where("count > 1")
+    if duplicates:
+        flagged = rows.join(dup_ids, F.col("headers")["loadgen_id"] == dup_ids["i"]).where("redelivered").count()
+        assert flagged >= dup_ids.count()
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_node_killed_and_restarted_mid_stream_loses_nothing(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    queue = f"test.nodekill.{uuid.uuid4().hex[:8]}"
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    options = broker.reader_options(
+        queue, maxMessagesPerTrigger=300, initialReconnectDelay=200, maxReconnectDelay=1000,
+        heartbeat=2000,
+    )
+    query = (
+        spark.readStream.format("clustermq").options(**options).load()
+        .writeStream.format("parquet").option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds").start()
+    )
+    victim = 1
+    try:
+        broker.produce(queue, 3000, first_id=0)
+        wait_for(lambda: out.exists() and committed_batches(checkpoint) >= 2, 120, "first batches")
+        broker.cluster.kill_node(victim)
+        # the others keep working while the node is down
+        broker.produce(queue, 2000, first_id=3000, nodes=[0, 2])
+        wait_for(lambda: len(set(ids_in(spark, out)) & set(range(3000, 5000))) == 2000, 120,
+                 "messages produced while a node was down")
+        assert query.isActive and query.exception() is None
+        broker.cluster.start_node(victim)
+        broker.produce(queue, 1000, first_id=5000)
+        wait_for(lambda: set(ids_in(spark, out)) >= set(range(6000)), 180,
+                 "every message, including those persisted on the restarted node", interval=1.0)
+        assert query.isActive and query.exception() is None
+        wait_for(lambda: all(d == 0 for d in broker.depths(queue).values()), 60, "empty queue")
+    finally:
+        query.stop()
+    ids = ids_in(spark, out)
+    assert set(ids) == set(range(6000))

@@ -1,0 +1,175 @@
+"""Fast unit tests of the pure logic: options, node addresses, offsets, hashing."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from clustermq.dialect import ArtemisDialect, ClassicDialect, detect_dialect
+from clustermq.nodes import format_nodes, parse_nodes
+from clustermq.offsets import allocate, make_offsets, parse_offsets
+from clustermq.options import OptionError, ReadOptions, Secret
+from clustermq.partitioning import bucket_for_group, bucket_for_ungrouped, group_hash
+
+BROKERS = "127.0.0.1:61613,127.0.0.1:61623,127.0.0.1:61633"
+
+
+def read_opts(**extra: str) -> ReadOptions:
+    raw = {"brokers": BROKERS, "queue": "orders"}
+    raw.update(extra)
+    return ReadOptions.parse({k.lower(): v for k, v in raw.items()})
+
+
+# ----------------------------------------------------------------------------- nodes
+def test_nodes_parse_and_format_round_trip() -> None:
+    nodes = parse_nodes(BROKERS + ",stomp+ssl://mq.example:61614,[::1]:61700")
+    assert [n.name for n in nodes][:3] == ["127.0.0.1:61613", "127.0.0.1:61623", "127.0.0.1:61633"]
+    assert nodes[3].ssl and nodes[3].host == "mq.example"
+    assert nodes[4].host == "::1"
+    assert parse_nodes(format_nodes(nodes[:4])) == nodes[:4]
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "required"),
+        ("localhost", "no port"),
+        ("localhost:abc", "not a number"),
+        ("localhost:70000", "outside"),
+        ("tcp://localhost:61616", "unknown scheme 'tcp'"),
+        ("a:1,a:1", "listed twice"),
+    ],
+)
+def test_bad_broker_addresses_name_the_option(text: str, fragment: str) -> None:
+    with pytest.raises(OptionError) as err:
+        read_opts(brokers=text)
+    assert "brokers" in str(err.value) and fragment in str(err.value)
+
+
+# ----------------------------------------------------------------------------- options
+def test_defaults() -> None:
+    opts = read_opts()
+    assert opts.num_partitions == 3
+    assert opts.max_messages_per_trigger is None
+    assert opts.prefetch_per_node == 10000
+    assert opts.ack_mode == "client"
+    assert opts.connection.flavor == "auto"
+    rc = opts.connection.reconnect
+    assert (rc.initial_delay_s, rc.max_delay_s, rc.exponential, rc.multiplier) == (1.0, 30.0, True, 2.0)
+
+
+def test_prefetch_follows_max_messages() -> None:
+    assert read_opts(maxMessagesPerTrigger="3000").prefetch_per_node == 6000
+    assert read_opts(maxMessagesPerTrigger="3000", prefetchPerNode="100").prefetch_per_node == 100
+
+
+def test_unknown_option_lists_known_ones() -> None:
+    with pytest.raises(OptionError) as err:
+        read_opts(maxMessagesPerTriger="5")
+    message = str(err.value)
+    assert "maxmessagespertriger" in message.lower()
+    assert "maxMessagesPerTrigger" in message and "brokers" in message
+
+
+@pytest.mark.parametrize(
+    "name, value, fragment",
+    [
+        ("maxMessagesPerTrigger", "0", "below the minimum 1"),
+        ("maxMessagesPerTrigger", "ten", "not an integer"),
+        ("numPartitions", "-1", "below the minimum"),
+        ("flavor", "rabbit", "allowed: auto, classic, artemis"),
+        ("ackMode", "auto", "allowed: client, client-individual"),
+        ("useExponentialBackOff", "maybe", "not a boolean"),
+        ("backOffMultiplier", "0.5", "below the minimum"),
+        ("queue", "/queue/x", "bare queue name"),
+        ("queue", "a b", "may not contain"),
+        ("initialReconnectDelay", "50000", "must not exceed"),
+    ],
+)
+def test_bad_values_name_the_option(name: str, value: str, fragment: str) -> None:
+    with pytest.raises(OptionError) as err:
+        read_opts(**{name: value})
+    assert name in str(err.value) and fragment in str(err.value)
+
+
+def test_missing_queue() -> None:
+    with pytest.raises(OptionError, match="'queue' is required"):
+        ReadOptions.parse({"brokers": BROKERS})
+
+
+def test_password_never_shows() -> None:
+    opts = read_opts(username="app", password="s3cr3t-pw")
+    for text in (repr(opts), str(opts), repr(opts.connection), repr(opts.connection.password)):
+        assert "s3cr3t-pw" not in text
+    assert opts.connection.login == ("app", "s3cr3t-pw")
+    assert "s3cr3t-pw" in pickle.loads(pickle.dumps(opts)).connection.login
+    assert str(Secret("x")) == "Secret('***')"
+
+
+def test_password_without_user_is_rejected() -> None:
+    with pytest.raises(OptionError, match="'password' is set but 'username' is not"):
+        read_opts(password="x")
+
+
+def test_backoff_delays() -> None:
+    delays = read_opts(initialReconnectDelay="100", maxReconnectDelay="500").connection.reconnect.delays()
+    assert [delays() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    flat = read_opts(useExponentialBackOff="false").connection.reconnect.delays()
+    assert [flat() for _ in range(3)] == [1.0, 1.0, 1.0]
+
+
+# ----------------------------------------------------------------------------- offsets
+def test_offsets_have_a_fixed_key_order() -> None:
+    a = make_offsets({"b:2": 5, "a:1": 3}, ["b:2", "a:1", "c:3"])
+    assert list(a) == ["a:1", "b:2", "c:3"] and a["c:3"] == 0
+    assert parse_offsets({"c:3": 1, "a:1": 2, "gone:9": 7}, ["a:1", "c:3"]) == {"a:1": 2, "c:3": 1}
+    with pytest.raises(ValueError, match="corrupt"):
+        parse_offsets({"a:1": -1}, ["a:1"])
+
+
+def test_allocate_is_fair_and_respects_limits() -> None:
+    avail = [[10] * 100, [10] * 5, [10] * 100]
+    assert allocate(avail, None, None) == [100, 5, 100]
+    assert allocate(avail, 30, None) == [13, 5, 12]  # node 1 runs dry, the others share
+    assert allocate(avail, None, 95) == [3, 3, 3]
+    # one message bigger than the byte limit still moves the stream
+    assert allocate([[1000]], None, 10) == [1]
+    assert allocate([[], []], 5, 5) == [0, 0]
+
+
+# ----------------------------------------------------------------------------- hashing
+def test_group_hash_is_stable_across_processes() -> None:
+    here = [bucket_for_group(f"customer-{i}", 7) for i in range(50)]
+    code = (
+        "from clustermq.partitioning import bucket_for_group;"
+        "print([bucket_for_group(f'customer-{i}', 7) for i in range(50)])"
+    )
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert str(here) == there.stdout.strip()
+    assert group_hash("abc") == 0x352441C2  # CRC-32 of b"abc": fixed forever
+
+
+def test_groups_spread_over_buckets() -> None:
+    counts = [0] * 3
+    for i in range(300):
+        counts[bucket_for_group(f"g{i}", 3)] += 1
+    assert min(counts) > 60
+    assert sorted(bucket_for_ungrouped(s, 0, 3) for s in range(3)) == [0, 1, 2]
+
+
+# ----------------------------------------------------------------------------- dialects
+def test_dialects() -> None:
+    assert isinstance(detect_dialect("ActiveMQ/5.18.3"), ClassicDialect)
+    assert isinstance(detect_dialect("ActiveMQ-Artemis/2.40.0 ActiveMQ Artemis Messaging Engine"), ArtemisDialect)
+    with pytest.raises(ValueError, match="flavor"):
+        detect_dialect("RabbitMQ/3.12")
+    classic, artemis = ClassicDialect(), ArtemisDialect()
+    assert classic.destination("q") == "/queue/q"
+    assert artemis.subscribe_headers(10, 2048)["consumer-window-size"] == "2048"
+    assert classic.group_id({"clustermq_group": "g1"}, "clustermq_group") == "g1"
+    assert artemis.group_id({"_AMQ_GROUP_ID": "g2", "clustermq_group": "x"}, "clustermq_group") == "g2"
+    sent = classic.send_headers("g3", "clustermq_group")
+    assert sent["JMSXGroupID"] == sent["clustermq_group"] == "g3"
