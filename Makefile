@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 brokers: $(STAMP)
-	$(BIN)/python -m clustermq.localcluster.fetch classic
+	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic
 
 test: setup
 	$(BIN)/python -m pytest -q

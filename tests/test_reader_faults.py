@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
-DRIVER = Path(__file__).parent / "drivers" / "stream_to_parquet.py"
+JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "queue_to_parquet.py"
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
@@ -36,9 +36,9 @@ def committed_batches(checkpoint: Path) -> int:
 def start_driver(broker, queue: str, out: Path, checkpoint: Path, trigger: str, log: Path) -> subprocess.Popen:
     username, password = broker.cluster.credentials
     env = dict(os.environ, CLUSTERMQ_USERNAME=username, CLUSTERMQ_PASSWORD=password)
-    args = [sys.executable, str(DRIVER), "--brokers", broker.cluster.brokers, "--queue", queue,
+    args = [sys.executable, str(JOB), "--brokers", broker.cluster.brokers, "--queue", queue,
             "--out", str(out), "--checkpoint", str(checkpoint), "--trigger", trigger,
-            "--max-messages", "400"]
+            "--max-messages-per-trigger", "400", "--option", "replayTimeout=20000"]
     return subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -65,7 +65,7 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
     broker.produce(queue, total)
     out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
 
-    proc = start_driver(broker, queue, out, checkpoint, "processingTime", log)
+    proc = start_driver(broker, queue, out, checkpoint, "processingTime=200 milliseconds", log)
     try:
         wait_for(lambda: committed_batches(checkpoint) >= 3 or proc.poll() is not None, 180,
                  "three committed batches")
@@ -106,7 +106,6 @@ def test_node_killed_and_restarted_mid_stream_loses_nothing(
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     options = broker.reader_options(
         queue, maxMessagesPerTrigger=300, initialReconnectDelay=200, maxReconnectDelay=1000,
-        heartbeat=2000,
     )
     query = (
         spark.readStream.format("clustermq").options(**options).load()

@@ -121,10 +121,10 @@ def _print_report(
     per_node = report["per_node"]
     assert isinstance(per_node, dict)
     for node, count in sorted(per_node.items()):
-        _say(f"  rows from {node:<16}{count}")
+        _say(f"  rows from {node:<22} {count}")
     _say(f"  groups split per batch   {report['groups_split_across_partitions']}")
     for node, depth in depths.items():
-        _say(f"  depth after on {node:<11}{depth}")
+        _say(f"  depth after on {node:<16} {depth}")
     _say(f"  elapsed                  {elapsed:.1f} s")
     ok = (
         report["distinct_ids"] == produced

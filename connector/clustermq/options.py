@@ -47,7 +47,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("useExponentialBackOff", "true", "Grow the reconnect delay by `backOffMultiplier` after each failed attempt.", "both"),
     OptionSpec("backOffMultiplier", "2", "Factor of the exponential back-off.", "both"),
     OptionSpec("connectTimeout", "10000", "Milliseconds to wait for a node's CONNECTED frame.", "both"),
-    OptionSpec("heartbeat", "10000", "STOMP heart-beat interval in milliseconds, both directions (0 disables); a silent node is declared lost after about twice this.", "both"),
+    OptionSpec("heartbeat", "10000", "STOMP heart-beat interval in milliseconds, both directions (0 disables); a node silent for 2.5 times this is declared lost.", "both"),
     OptionSpec("noNodeTimeout", "120000", "The query fails when no node has been reachable for this many milliseconds.", "read"),
     OptionSpec("availableNowIdleTimeout", "10000", "Trigger.AvailableNow: stop waiting for the backlog measured at start when no message arrived for this many milliseconds (competing consumers took the rest).", "read"),
     OptionSpec("replayTimeout", "60000", "Milliseconds a replayed batch waits for the brokers to redeliver its messages after a restart.", "read"),
