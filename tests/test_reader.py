@@ -39,7 +39,7 @@ def drain(
     assert query.exception() is None, query.exception()
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     if options.get("password"):
-        assert options["password"] not in json.dumps(query.recentProgress)
+        assert options["password"] not in " ".join(p.json for p in query.recentProgress)
         assert options["password"] not in str(query.status)
     rows = spark.read.parquet(str(out)) if out.exists() else spark.createDataFrame([], "x int")
     return rows, progress
