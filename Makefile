@@ -22,7 +22,7 @@ brokers: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --basetemp=.cache/pytest
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_units.py tests/test_readme.py
