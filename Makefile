@@ -22,10 +22,10 @@ brokers: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic
 
 test: setup
-	$(BIN)/python -m pytest -q --basetemp=.cache/pytest
+	$(BIN)/python -m pytest -q --tb=short --basetemp=.cache/pytest
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/test_units.py tests/test_readme.py
+	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_readme.py
 
 demo: setup
 	$(BIN)/clustermq demo

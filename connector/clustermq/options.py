@@ -51,6 +51,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("noNodeTimeout", "120000", "The query fails when no node has been reachable for this many milliseconds.", "read"),
     OptionSpec("availableNowIdleTimeout", "10000", "Trigger.AvailableNow: stop waiting for the backlog measured at start when no message arrived for this many milliseconds (competing consumers took the rest).", "read"),
     OptionSpec("replayTimeout", "60000", "Milliseconds a replayed batch waits for the brokers to redeliver its messages after a restart.", "read"),
+    OptionSpec("loadBalancingPolicy", "roundRobin", "Writer: how a task picks the node for rows without a group id: `roundRobin` (task i of a job to node start + i), `random` (per task), `randomSticky` (one random node per job or streaming query), `firstElement` (the first listed node). Rows with a group id always go to the node their group hashes to.", "write"),
+    OptionSpec("persistent", "true", "Writer: send messages persistent (`persistent:true`), so they survive a broker restart.", "write"),
+    OptionSpec("headersFromColumns", "false", "Writer: turn input columns other than `body`, `group_id`, `headers`, `priority`, `destination` into message headers (column name = header name) instead of rejecting them.", "write"),
+    OptionSpec("receiptTimeout", "60000", "Writer: milliseconds to wait for a broker's RECEIPT of a COMMIT, and for the next staged message while the driver moves a job into the queue.", "write"),
 )
 
 _BY_LOWER = {spec.name.lower(): spec for spec in OPTIONS}
@@ -68,8 +72,9 @@ def _check_known(raw: Mapping[str, str], applies_to: str) -> dict[str, str]:
         if k == "path":  # Spark passes load(path)/save(path) as option "path"
             continue
         if k not in allowed:
+            role = {"write": "writer"}.get(applies_to, f"{applies_to}er")
             raise OptionError(
-                f"unknown option '{key}' for the clustermq {applies_to}er; "
+                f"unknown option '{key}' for the clustermq {role}; "
                 f"known options: {', '.join(sorted(allowed.values()))}"
             )
         lowered[k] = value
@@ -277,4 +282,33 @@ class ReadOptions:
             no_node_timeout_s=no_node / 1000.0,
             available_now_idle_timeout_s=idle / 1000.0,
             replay_timeout_s=replay / 1000.0,
+        )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Validated options of the batch and streaming writer."""
+
+    connection: ConnectionOptions
+    load_balancing_policy: str
+    persistent: bool
+    headers_from_columns: bool
+    receipt_timeout_s: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+        # writeStream passes its checkpointLocation to the sink like any other option.
+        given = {k: v for k, v in options.items() if k.lower() != "checkpointlocation"}
+        raw = _check_known(given, "write")
+        conn = parse_connection_options(raw)
+        receipt = _int(raw, "receiptTimeout", 1, 60000)
+        assert receipt is not None
+        return cls(
+            connection=conn,
+            load_balancing_policy=_choice(
+                raw, "loadBalancingPolicy", LOAD_BALANCING_POLICIES, "roundRobin"
+            ),
+            persistent=_bool(raw, "persistent", True),
+            headers_from_columns=_bool(raw, "headersFromColumns", False),
+            receipt_timeout_s=receipt / 1000.0,
         )

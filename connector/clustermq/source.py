@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
-from .options import ReadOptions
+from .options import OptionError, ReadOptions, WriteOptions
 from .schema import READ_SCHEMA_DDL
 
 
@@ -32,3 +37,22 @@ class ClusterMQDataSource(DataSource):
         from .stream import ClusterMQStreamReader
 
         return ClusterMQStreamReader(ReadOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """Batch write; options and input columns are checked here, before any task runs."""
+        from .writer import ClusterMQBatchWriter, input_layout
+
+        if overwrite:
+            raise OptionError(
+                "save mode 'overwrite' is not supported: a queue cannot be truncated; "
+                "use .mode(\"append\")"
+            )
+        options = WriteOptions.parse(self.options)
+        return ClusterMQBatchWriter(options, input_layout(schema, options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Streaming write (every output mode appends the batch's rows as messages)."""
+        from .writer import ClusterMQStreamWriter, input_layout
+
+        options = WriteOptions.parse(self.options)
+        return ClusterMQStreamWriter(options, input_layout(schema, options))

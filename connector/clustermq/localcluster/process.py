@@ -48,31 +48,49 @@ def launch(cmd: list[str], cwd: Path, log_path: Path, env: dict[str, str] | None
     return proc.pid
 
 
-def _reap(pid: int) -> None:
-    proc = _children.get(pid)
-    if proc is not None and proc.poll() is not None:
-        _children.pop(pid, None)
-
-
 def is_running(pid: int | None, marker: str) -> bool:
-    """True when ``pid`` is a live (not zombie) process whose command line contains ``marker``."""
+    """True when ``pid`` is a live (not zombie) broker whose command line carries ``marker``.
+
+    A child of this process is judged by ``poll()`` alone: its pid cannot be reused before we
+    reap it, and right after ``Popen`` returns the kernel may still be building the new image,
+    when ``/proc/<pid>/cmdline`` reads empty (the close-on-exec pipe that ends ``Popen``'s wait
+    closes before the argument area is mapped). CI hit exactly that on a loaded machine and
+    reported a healthy broker as "exited during start-up". Other pids are checked by marker, and
+    an empty command line (an exec in progress) is read again before it counts as foreign.
+    """
     if not pid:
         return False
-    _reap(pid)
+    proc = _children.get(pid)
+    if proc is not None:
+        if proc.poll() is None:
+            return marker in list(proc.args)
+        _children.pop(pid, None)
+        return False
+    for _ in range(20):
+        cmdline = _cmdline(pid)
+        if cmdline is None:
+            return False
+        if cmdline:
+            return marker.encode() in cmdline
+        time.sleep(0.05)
+    return False
+
+
+def _cmdline(pid: int) -> list[bytes] | None:
+    """The argument list of a live, non-zombie ``pid``; None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
         # The state follows the parenthesised command name, which may itself contain ')'.
         state = stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3]
         if state in (b"Z", b"X"):
-            return False
+            return None
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            cmdline = handle.read().split(b"\x00")
-    except (FileNotFoundError, ProcessLookupError, ValueError):
-        return False
-    except PermissionError:  # another user's process: certainly not one of ours
-        return False
-    return marker.encode() in cmdline
+            raw = handle.read()
+    except (FileNotFoundError, ProcessLookupError, ValueError, PermissionError):
+        # PermissionError: another user's process, certainly not one of ours
+        return None
+    return [part for part in raw.split(b"\x00") if part]
 
 
 def wait_exit(pid: int, marker: str, timeout: float) -> bool:

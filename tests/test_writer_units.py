@@ -1,0 +1,123 @@
+"""Fast unit tests of the writer's pure logic: options, input columns, node choice, messages."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
+)
+
+from clustermq.load_balancing import failover_order, group_node, job_key, task_node
+from clustermq.options import OptionError, WriteOptions
+from clustermq.partitioning import bucket_for_group
+from clustermq.staging import final_headers, staging_queue
+from clustermq.dialect import ClassicDialect
+from clustermq.writer import InputError, MessageBuilder, input_layout
+
+_TYPES = {"string": StringType(), "binary": BinaryType(), "int": IntegerType(), "long": LongType(),
+          "map<string,string>": MapType(StringType(), StringType()),
+          "map<string,int>": MapType(StringType(), IntegerType())}
+
+
+def schema(ddl: str) -> StructType:
+    """A tiny DDL parser (StructType.fromDDL needs a running SparkSession)."""
+    fields = []
+    for part in ddl.split(", "):
+        name, type_name = part.split(" ", 1)
+        fields.append(StructField(name, _TYPES[type_name]))
+    return StructType(fields)
+
+
+BROKERS = "127.0.0.1:61613,127.0.0.1:61623,127.0.0.1:61633"
+
+
+def write_opts(**extra: str) -> WriteOptions:
+    raw = {"brokers": BROKERS, "queue": "orders", "username": "app", "password": "s3cret-pw"}
+    raw.update(extra)
+    return WriteOptions.parse({k.lower(): v for k, v in raw.items()})
+
+
+def test_write_options_defaults_and_validation() -> None:
+    o = write_opts()
+    assert (o.load_balancing_policy, o.persistent, o.headers_from_columns) == ("roundRobin", True, False)
+    assert o.receipt_timeout_s == 60.0
+    assert "s3cret-pw" not in repr(o)
+    with pytest.raises(OptionError, match="loadBalancingPolicy.*roundRobin"):
+        write_opts(loadBalancingPolicy="sticky")
+    with pytest.raises(OptionError, match="(?i)unknown option 'maxMessagesPerTrigger' for the clustermq writer"):
+        write_opts(maxMessagesPerTrigger="10")
+    # writeStream hands its checkpointLocation to the sink like an option
+    assert write_opts(checkpointLocation="/tmp/cp").connection.queue == "orders"
+
+
+def test_input_columns_are_checked_by_name() -> None:
+    o = write_opts()
+    layout = input_layout(schema("Body string, group_id long, headers map<string,string>"), o)
+    assert (layout.body, layout.body_is_text, layout.group_id) == ("Body", True, "group_id")
+    with pytest.raises(OptionError, match="needs a 'body' column"):
+        input_layout(schema("value binary"), o)
+    with pytest.raises(OptionError, match="'body' must be binary or string, not int"):
+        input_layout(schema("body int"), o)
+    with pytest.raises(OptionError, match="'extra' is not a clustermq writer column.*headersFromColumns"):
+        input_layout(schema("body binary, extra string"), o)
+    with pytest.raises(OptionError, match="'headers' must be map<string,string>"):
+        input_layout(schema("body binary, headers map<string,int>"), o)
+    with_headers = write_opts(headersFromColumns="true")
+    assert input_layout(schema("body binary, n int"), with_headers).header_columns == ("n",)
+    with pytest.raises(OptionError, match="'clustermq_x' cannot become a header"):
+        input_layout(schema("body binary, clustermq_x string"), with_headers)
+
+
+def test_policies_and_failover_order() -> None:
+    key = job_key("job-1", 0)
+    starts = {task_node("roundRobin", 3, key, p) for p in range(6)}
+    assert starts == {0, 1, 2}  # six tasks cover every node
+    assert [task_node("roundRobin", 3, key, p) for p in range(3)] == \
+        [(task_node("roundRobin", 3, key, 0) + p) % 3 for p in range(3)]
+    sticky = {task_node("randomSticky", 3, job_key("job-1", b), p) for b in range(4) for p in range(5)}
+    assert len(sticky) == 1  # one node per job, whatever the batch and task
+    assert {task_node("firstElement", 3, key, p) for p in range(5)} == {0}
+    assert all(0 <= task_node("random", 3, key, p) < 3 for p in range(20))
+    assert failover_order(2, 3) == [2, 0, 1]
+    assert all(group_node(f"g{i}", 3) == bucket_for_group(f"g{i}", 3) for i in range(50))
+
+
+def test_messages_carry_ids_groups_and_name_bad_rows() -> None:
+    o = write_opts()
+    layout = input_layout(schema("body string, group_id string, priority int"), o)
+    builder = MessageBuilder(layout, o, "job-1", 4, 7, "tag", default_node=1)
+    batch = pa.RecordBatch.from_pydict(
+        {"body": ["a", "b"], "group_id": ["g1", None], "priority": [5, None]},
+        schema=pa.schema([("body", pa.string()), ("group_id", pa.string()), ("priority", pa.int32())]),
+    )
+    first, second = list(builder.messages(batch))
+    assert first.headers["clustermq_id"] == "job-1:4:7:0" and second.headers["clustermq_id"] == "job-1:4:7:1"
+    assert first.preferred == bucket_for_group("g1", 3) and second.preferred == 1
+    assert first.headers["clustermq_group"] == "g1" and first.headers["priority"] == "5"
+    assert first.body == b"a" and first.headers["persistent"] == "true"
+    bad = pa.RecordBatch.from_pydict(
+        {"body": [None], "group_id": ["g"], "priority": [1]}, schema=batch.schema
+    )
+    with pytest.raises(InputError, match="row 2 of partition 7 has a null body"):
+        list(builder.messages(bad))
+    out_of_range = pa.RecordBatch.from_pydict(
+        {"body": ["x"], "group_id": [None], "priority": [11]}, schema=batch.schema
+    )
+    with pytest.raises(InputError, match="priority 11 is outside 0-9"):
+        list(builder.messages(out_of_range))
+
+
+def test_staged_headers_become_final_headers() -> None:
+    o = write_opts()
+    staged = {
+        "message-id": "ID:x", "destination": "/queue/s", "subscription": "1", "ack": "a",
+        "content-length": "3", "redelivered": "false", "timestamp": "1", "expires": "0",
+        "clustermq_task": "t", "clustermq_target": "orders", "clustermq_id": "j:0:0:0",
+        "clustermq_group": "g1", "k": "v",
+    }
+    final = final_headers(staged, ClassicDialect(), o)
+    assert final["JMSXGroupID"] == "g1" and final["clustermq_group"] == "g1"
+    assert final["k"] == "v" and final["persistent"] == "true" and final["clustermq_id"] == "j:0:0:0"
+    assert not {"message-id", "ack", "subscription", "clustermq_task", "clustermq_target", "expires"} & set(final)
+    assert staging_queue("orders", "j", 2) == "clustermq.staging.orders.j.n2"
