@@ -73,10 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", help="cluster directory (default: a fresh temporary one)")
     demo.add_argument("--keep", action="store_true", help="leave the cluster running")
     demo.set_defaults(func=cmd_demo)
+
+    bench = sub.add_parser("bench", add_help=False,
+                           help="benchmarks against the raw stomp.py client (see --help)")
+    bench.set_defaults(func=None)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # its own parser: python -m clustermq.bench.run takes the same flags
+        from .bench.run import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
