@@ -22,19 +22,16 @@ class DepthSeries:
     samples: list[tuple[float, dict[str, int | None]]] = field(default_factory=list)
 
 
-class DepthSampler:
-    """Polls the queue depth of every node until stopped (context manager)."""
+class _Sampler:
+    """A daemon thread calling ``sample(t)`` every ``interval_s`` until the ``with`` ends."""
 
-    def __init__(self, options: ConnectionOptions, queue: str, interval_s: float = 1.0) -> None:
-        self.options = options
-        self.queue = queue
+    def __init__(self, interval_s: float, name: str) -> None:
         self.interval_s = interval_s
-        self.series = DepthSeries()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-depth")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._t0 = 0.0
 
-    def __enter__(self) -> "DepthSampler":
+    def __enter__(self) -> "_Sampler":
         self._t0 = time.monotonic()
         self._thread.start()
         return self
@@ -44,12 +41,27 @@ class DepthSampler:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        username, password = self.options.login
         while not self._stop.is_set():
-            at = time.monotonic() - self._t0
-            depths = queue_depths(self.options.nodes, self.queue, username, password, timeout=5.0)
-            self.series.samples.append((round(at, 2), dict(depths)))
+            self.sample(round(time.monotonic() - self._t0, 2))
             self._stop.wait(self.interval_s)
+
+    def sample(self, at: float) -> None:
+        raise NotImplementedError
+
+
+class DepthSampler(_Sampler):
+    """Polls the queue depth of every node until stopped (context manager)."""
+
+    def __init__(self, options: ConnectionOptions, queue: str, interval_s: float = 1.0) -> None:
+        super().__init__(interval_s, "bench-depth")
+        self.options = options
+        self.queue = queue
+        self.series = DepthSeries()
+
+    def sample(self, at: float) -> None:
+        username, password = self.options.login
+        depths = queue_depths(self.options.nodes, self.queue, username, password, timeout=5.0)
+        self.series.samples.append((at, dict(depths)))
 
 
 def _rss_kib(pid: int) -> int | None:
@@ -92,7 +104,7 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-class MemorySampler:
+class MemorySampler(_Sampler):
     """Resident memory of the Spark JVM and of the Python process that holds the reader.
 
     The reader's subscriptions live in the Python process Spark starts for a Python streaming
@@ -101,31 +113,17 @@ class MemorySampler:
     """
 
     def __init__(self, jvm_pid: int, interval_s: float = 0.5) -> None:
+        super().__init__(interval_s, "bench-memory")
         self.jvm_pid = jvm_pid
-        self.interval_s = interval_s
         self.samples: list[tuple[float, int, int]] = []  # (t, jvm KiB, reader KiB)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-memory")
-        self._t0 = 0.0
-
-    def __enter__(self) -> "MemorySampler":
-        self._t0 = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
     def reader_pids(self) -> list[int]:
         return [p for p in _descendants(self.jvm_pid) if "streaming_source" in _cmdline(p)]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            jvm = _rss_kib(self.jvm_pid) or 0
-            reader = sum(_rss_kib(p) or 0 for p in self.reader_pids())
-            self.samples.append((round(time.monotonic() - self._t0, 2), jvm, reader))
-            self._stop.wait(self.interval_s)
+    def sample(self, at: float) -> None:
+        jvm = _rss_kib(self.jvm_pid) or 0
+        reader = sum(_rss_kib(p) or 0 for p in self.reader_pids())
+        self.samples.append((at, jvm, reader))
 
     def peak(self) -> tuple[int, int]:
         """Peak (JVM, reader) RSS in KiB."""

@@ -21,8 +21,11 @@ from ..options import ConnectionOptions
 
 @dataclass
 class DrainResult:
+    """``seconds`` runs to the last arrival, so a stall's idle wait is not counted as work."""
+
     seconds: float
     per_node: dict[str, int]
+    stalled: bool = False
 
     @property
     def total(self) -> int:
@@ -37,14 +40,18 @@ class _Counter(stomp.ConnectionListener):
         self.count = 0
         self.last_ack: str | None = None
         self.pending: list[str] = []
+        self.unacked: list[str] = []
         self.cond = threading.Condition()
 
     def on_message(self, frame: stomp.utils.Frame) -> None:
         with self.cond:
             self.count += 1
             self.last_ack = frame.headers.get("ack")
-            if self.count % self.ack_every == 0 and self.last_ack:
-                self.pending.append(self.last_ack)
+            if self.last_ack:
+                self.unacked.append(self.last_ack)
+            if self.count % self.ack_every == 0:
+                self.pending.extend(self.unacked)
+                self.unacked = []
             self.cond.notify_all()
 
 
@@ -54,6 +61,7 @@ def raw_drain(
     prefetch: int = 2000,
     ack_every: int = 1000,
     idle_timeout_s: float = 30.0,
+    ack_mode: str = "client",
 ) -> DrainResult:
     """Consume until ``expected`` messages arrived over all nodes; ACK every ``ack_every``.
 
@@ -76,28 +84,23 @@ def raw_drain(
             try:
                 dialect = resolve_dialect(options.flavor, connected.get("server"))
                 conn.subscribe(
-                    dialect.destination(options.queue), id=f"raw-{index}", ack="client",
+                    dialect.destination(options.queue), id=f"raw-{index}", ack=ack_mode,
                     headers=dialect.subscribe_headers(prefetch, 1 << 26),
                 )
-                last_progress = time.monotonic()
-                seen = 0
                 while not done.is_set():
                     with counter.cond:
                         counter.cond.wait(0.2)
                         pending, counter.pending = counter.pending, []
-                        now_count = counter.count
-                    for ack in pending[-1:]:  # cumulative: the newest covers the rest
+                    if ack_mode == "client":
+                        pending = pending[-1:]  # cumulative: the newest covers the rest
+                    for ack in pending:
                         conn.ack(ack)
-                    if now_count != seen:
-                        seen, last_progress = now_count, time.monotonic()
                     if total() >= expected:
                         done.set()
-                    elif time.monotonic() - last_progress > idle_timeout_s and total() > 0:
-                        break
                 with counter.cond:
-                    tail = counter.last_ack
-                if tail:
-                    conn.ack(tail)
+                    tail = counter.unacked + counter.pending
+                for ack in (tail[-1:] if ack_mode == "client" else tail):
+                    conn.ack(ack)
             finally:
                 close_connection(conn)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
@@ -108,12 +111,24 @@ def raw_drain(
                for i, n in enumerate(nodes)]
     for t in threads:
         t.start()
+    # Every consumer stays subscribed until the *whole* backlog arrived: in a network of
+    # brokers a node whose consumer left pushes its messages (and groups) over the bridges to
+    # the others, which would turn the baseline into a measurement of forwarding.
+    last_total, last_progress = 0, time.monotonic()
+    stalled = False
     while not done.wait(0.5):
-        if not any(t.is_alive() for t in threads):
-            break  # every node went idle short of ``expected``: report what arrived
-    seconds = time.monotonic() - started
+        now = total()
+        if now >= expected:
+            break
+        if now != last_total:
+            last_total, last_progress = now, time.monotonic()
+        elif time.monotonic() - last_progress > idle_timeout_s or not any(t.is_alive() for t in threads):
+            stalled = True  # nothing arrived anywhere for idle_timeout_s: report what did
+            break
+    done.set()
+    seconds = (last_progress if stalled else time.monotonic()) - started
     for t in threads:
         t.join(timeout=30)
     if errors:
         raise errors[0]
-    return DrainResult(seconds, {n.name: c.count for n, c in zip(nodes, counters)})
+    return DrainResult(seconds, {n.name: c.count for n, c in zip(nodes, counters)}, stalled)

@@ -43,13 +43,14 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         "",
         "## Throughput against the raw client",
         "",
-        "| run | messages | seconds | messages/s | ratio to raw |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| run | messages | seconds | messages/s | ratio to raw | stalled, messages left |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in results["comparisons"]:
         lines.append(
             f"| {row['name']} | {_fmt(row['messages'])} | {_fmt(row['seconds'], 1)} | "
-            f"{_fmt(row['messages_per_s'])} | {_fmt(row.get('ratio_to_raw'), 2)} |"
+            f"{_fmt(row['messages_per_s'])} | {_fmt(row.get('ratio_to_raw'), 2)} | "
+            f"{_fmt(row.get('stalled_with_left'))} |"
         )
     lines += ["", "## Reader scaling with the number of nodes", "",
               "| nodes | messages | messages/s | ratio to 1 node |", "| ---: | ---: | ---: | ---: |"]
@@ -113,7 +114,7 @@ def plots(results: dict[str, Any], directory: Path) -> list[Path]:
         for ax, run in zip(axes[:, 0], runs):
             for node, (xs, ys) in sorted(_throughput_per_node(run["depth_series"]).items()):
                 ax.plot(xs, ys, label=node)
-            ax.set_title(run["name"], fontsize=10)
+            ax.set_title(run["name"] + " (acknowledged: drop in queue depth per node)", fontsize=10)
             ax.set_ylabel("messages/s")
             if ax.get_lines():
                 ax.legend(fontsize=7, loc="upper right")

@@ -125,21 +125,19 @@ def run(args: argparse.Namespace, cluster: Any = None, spark: Any = None) -> dic
             _say(f"  {cmq.name}: {cmq.rate:,.0f} msg/s")
             drain_quietly(b, queue, n)
 
-        def read_noop() -> None:
-            queue = b.new_queue("read-noop")
-            b.preload(queue, n)
-            fig = read_connector(b, queue, n, READ_MAX_PER_TRIGGER)
-            comparisons.append(fig)
-            _say(f"  {fig.name}: {fig.rate:,.0f} msg/s")
+        def read_step(what: str, measure: Callable[[Bench, str, int, int], Figure]) -> Callable[[], None]:
+            def step() -> None:
+                queue = b.new_queue(what)
+                b.preload(queue, n)
+                fig = measure(b, queue, n, READ_MAX_PER_TRIGGER)
+                comparisons.append(fig)
+                _say(f"  {fig.name}: {fig.rate:,.0f} msg/s")
+            return step
 
-        def read_delta() -> None:
+        def read_delta(b: Bench, queue: str, count: int, max_per_trigger: int) -> Figure:
             from .delta_run import read_into_delta
 
-            queue = b.new_queue("read-delta")
-            b.preload(queue, n)
-            fig = read_into_delta(b, queue, n, READ_MAX_PER_TRIGGER)
-            comparisons.append(fig)
-            _say(f"  {fig.name}: {fig.rate:,.0f} msg/s")
+            return read_into_delta(b, queue, count, max_per_trigger)
 
         def scaling() -> None:
             count = _count(BASE_MESSAGES // 2, args.scale)
@@ -181,8 +179,8 @@ def run(args: argparse.Namespace, cluster: Any = None, spark: Any = None) -> dic
         if "write" not in wanted:
             raise SystemExit("--steps must include 'write': it measures the raw baselines")
         every = {"write": ("write: raw vs clustermq (and the raw read)", write_pair),
-                 "read": ("read: clustermq reader into noop", read_noop),
-                 "delta": ("read: queue_to_delta into a Delta table", read_delta),
+                 "read": ("read: clustermq reader into noop", read_step("read-noop", read_connector)),
+                 "delta": ("read: queue_to_delta into a Delta table", read_step("read-delta", read_delta)),
                  "scaling": ("scaling over 1, 2, 3 nodes", scaling),
                  "sweep": ("batch-size sweep", sweep),
                  "memory": ("memory while draining the large backlog", memory)}
