@@ -5,9 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools brokers test unit demo clean
+.PHONY: setup tools brokers delta test unit demo bench clean
 
-setup: tools $(STAMP) brokers
+setup: tools $(STAMP) brokers delta
 
 tools:
 	@bash scripts/ensure_tools.sh
@@ -18,14 +18,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The pinned Delta jars (conf/delta/pom.xml) into .cache/clustermq/delta/: SparkSessions read
+# them from there and never download at start.
+delta: $(STAMP)
+	$(BIN)/python -m clustermq.delta
+
 brokers: $(STAMP)
-	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic
+	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic artemis
 
 test: setup
 	$(BIN)/python -m pytest -q --tb=short --basetemp=.cache/pytest
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_readme.py
+	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_pipelines_units.py tests/test_readme.py
+
+bench: setup
+	$(BIN)/python -m clustermq.bench.run --out bench-results --doc docs/benchmarks.md
 
 demo: setup
 	$(BIN)/clustermq demo

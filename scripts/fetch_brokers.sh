@@ -7,7 +7,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$repo/.venv/bin/python}"
 [ -x "$python" ] || python=python3
-for flavor in "${@:-classic}"; do
+flavors=("$@"); [ ${#flavors[@]} -gt 0 ] || flavors=(classic artemis)
+for flavor in "${flavors[@]}"; do
   PYTHONPATH="$repo/connector${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
     'import sys; from clustermq.localcluster.fetch import ensure_distribution as e; print(e(sys.argv[1], progress=print))' \
     "$flavor"

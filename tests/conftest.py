@@ -14,33 +14,83 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator["SparkSession"]:
-    from pyspark.sql import SparkSession
+    """The suite's one Spark session, with Delta: Delta's jars must be on the class path when
+    the JVM starts, so the first session of the process has to carry them."""
+    from clustermq.delta import delta_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Spark's Python workers must import test modules that define probe sources.
     paths = [str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("clustermq-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
-        .getOrCreate()
+    session = delta_session(
+        "clustermq-tests",
+        extra_conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.sql.streaming.stopActiveRunOnRestart": "true",
+        },
     )
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"]:
-    """A real 3-node ActiveMQ Classic network of brokers on dynamic loopback ports."""
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "flavors(*names): run only against these broker flavors; the test's other flavor "
+        "variants are deselected (not skipped): they do not exist for that flavor",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop the flavor variants a ``@pytest.mark.flavors(...)`` test does not apply to."""
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("flavors")
+        callspec = getattr(item, "callspec", None)
+        flavor = callspec.params.get("cluster") if callspec is not None else None
+        (drop if marker and flavor and flavor not in marker.args else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+FLAVORS_ENV = "CLUSTERMQ_FLAVORS"
+ALL_FLAVORS = ("classic", "artemis")
+
+
+def cluster_flavors() -> list[str]:
+    """The broker flavors the cluster tests run against: ``$CLUSTERMQ_FLAVORS``, else all.
+
+    Every test that uses the ``cluster`` (or ``broker``) fixture runs once per flavor, so the
+    reader, writer and pipeline suites prove the connector on both kinds of cluster.
+    """
+    raw = os.environ.get(FLAVORS_ENV, ",".join(ALL_FLAVORS))
+    flavors = [f.strip().lower() for f in raw.split(",") if f.strip()]
+    unknown = sorted(set(flavors) - set(ALL_FLAVORS))
+    if unknown or not flavors:
+        raise pytest.UsageError(f"{FLAVORS_ENV}={raw!r}: use a comma-separated subset of {', '.join(ALL_FLAVORS)}")
+    return flavors
+
+
+@pytest.fixture(scope="session", params=cluster_flavors())
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"]:
+    """A real 3-node cluster of the parametrised flavor on dynamic loopback ports.
+
+    Classic: a network of brokers; Artemis: a symmetric cluster. Session-scoped per flavor:
+    pytest runs all tests of one flavor, then stops that cluster (by pid) before the next starts.
+    """
+    import time
+
     from clustermq.localcluster.cluster import LocalCluster
 
-    local = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    flavor = request.param
+    local = LocalCluster(tmp_path_factory.mktemp(f"cluster-{flavor}"))
+    started = time.monotonic()
     try:
-        local.up(nodes=3)
+        local.up(nodes=3, flavor=flavor)
+        print(f"\n3-node {flavor} cluster up in {time.monotonic() - started:.1f} s")
         yield local
     finally:
         local.down()
@@ -51,6 +101,18 @@ class Broker:
 
     def __init__(self, cluster: "LocalCluster") -> None:
         self.cluster = cluster
+
+    @property
+    def flavor(self) -> str:
+        return self.cluster.flavor
+
+    def destination(self, queue: str) -> str:
+        """The ``destination`` header a consumer of ``queue`` sees on this flavor.
+
+        Classic: ``/queue/<name>``; Artemis: the bare address ``<name>`` (the connector sends
+        bare names with ``destination-type:ANYCAST``).
+        """
+        return f"/queue/{queue}" if self.flavor == "classic" else queue
 
     @property
     def login(self) -> dict[str, str]:

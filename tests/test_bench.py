@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession
 
 from clustermq.bench.run import main
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+# The script is flavor-agnostic (it starts its own cluster under `make bench`); one flavor suffices.
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.flavors("classic")]
 
 
 def test_bench_smoke_run_writes_json_table_and_plots(spark: SparkSession, broker, tmp_path: Path) -> None:

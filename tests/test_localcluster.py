@@ -324,14 +324,13 @@ def _free_base_port() -> int:
 # --------------------------------------------------------------------------- no broker needed
 
 
-def test_up_refuses_foreign_directory_and_artemis(tmp_path: Path) -> None:
+def test_up_refuses_foreign_directory_and_unknown_flavors(tmp_path: Path) -> None:
     (tmp_path / "precious.txt").write_text("not a cluster")
     with pytest.raises(RuntimeError, match="refusing"):
         LocalCluster(tmp_path).up(nodes=1)
-    with pytest.raises(NotImplementedError, match="artemis"):
-        LocalCluster(tmp_path / "a").up(flavor="artemis")
-    with pytest.raises(NotImplementedError):
-        get_flavor("artemis")
+    with pytest.raises(ValueError, match="known flavors: classic, artemis"):
+        LocalCluster(tmp_path / "a").up(flavor="rabbitmq")
+    assert get_flavor("Artemis").name == "artemis"
 
 
 def test_template_rendering_is_strict() -> None:

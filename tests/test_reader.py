@@ -80,7 +80,7 @@ def test_available_now_drains_grouped_backlog(spark: SparkSession, broker, tmp_p
         last[r["group_id"]] = r["pos"]
     # schema as documented; columns filled
     first = rows.where("group_id is not null").first()
-    assert first["destination"] == f"/queue/{queue}"
+    assert first["destination"] == broker.destination(queue)
     assert first["timestamp"] is not None and first["priority"] is not None
     assert first["redelivered"] is False
     assert json.loads(first["body"])["order"] == int(first["headers"]["loadgen_id"])

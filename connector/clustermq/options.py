@@ -39,7 +39,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("numPartitions", "number of nodes", "Spark partitions per micro-batch; rows are hash-partitioned by group id.", "read"),
     OptionSpec("maxMessagesPerTrigger", "none", "Upper bound on messages per micro-batch over all nodes.", "read"),
     OptionSpec("maxBytesPerTrigger", "none", "Upper bound on body bytes per micro-batch over all nodes (a batch holds at least one message).", "read"),
-    OptionSpec("prefetchPerNode", "2 x maxMessagesPerTrigger, else 10000", "Messages a node may deliver ahead of acknowledgement (Classic `activemq.prefetchSize`); bounds driver memory and the largest batch per node.", "read"),
+    OptionSpec("prefetchPerNode", "2 x maxMessagesPerTrigger, else 10000", "Messages a node may deliver ahead of acknowledgement (Classic `activemq.prefetchSize`; Artemis `consumer-window-size`, sized in bytes from it, see Flavors); bounds driver memory and the largest batch per node.", "read"),
     OptionSpec("groupIdHeader", "clustermq_group", "Header that carries the group id where the broker does not return its own group header (Classic drops `JMSXGroupID` on STOMP).", "both"),
     OptionSpec("ackMode", "client", "STOMP ack mode: `client` (one cumulative ACK per node per batch) or `client-individual`.", "read"),
     OptionSpec("initialReconnectDelay", "1000", "Milliseconds before the first reconnect attempt to a lost node.", "both"),
@@ -55,6 +55,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("persistent", "true", "Writer: send messages persistent (`persistent:true`), so they survive a broker restart.", "write"),
     OptionSpec("headersFromColumns", "false", "Writer: turn input columns other than `body`, `group_id`, `headers`, `priority`, `destination` into message headers (column name = header name) instead of rejecting them.", "write"),
     OptionSpec("receiptTimeout", "60000", "Writer: milliseconds to wait for a broker's RECEIPT of a COMMIT, and for the next staged message while the driver moves a job into the queue.", "write"),
+    OptionSpec("mode", "browse", "Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node) without consuming it; ActiveMQ Classic only. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`spark_jobs/export_backlog.py --mode drain`).", "read"),
+    OptionSpec("browseIdleTimeout", "30000", "Batch read: milliseconds a node's browse may go without a message before the read fails.", "read"),
 )
 
 _BY_LOWER = {spec.name.lower(): spec for spec in OPTIONS}
@@ -256,6 +258,8 @@ class ReadOptions:
     no_node_timeout_s: float
     available_now_idle_timeout_s: float
     replay_timeout_s: float
+    mode: str = "browse"
+    browse_idle_timeout_s: float = 30.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
@@ -272,6 +276,8 @@ class ReadOptions:
         idle = _int(raw, "availableNowIdleTimeout", 1, 10000)
         replay = _int(raw, "replayTimeout", 1, 60000)
         assert no_node is not None and idle is not None and replay is not None
+        browse_idle = _int(raw, "browseIdleTimeout", 1, 30000)
+        assert browse_idle is not None
         return cls(
             connection=conn,
             num_partitions=partitions,
@@ -282,6 +288,8 @@ class ReadOptions:
             no_node_timeout_s=no_node / 1000.0,
             available_now_idle_timeout_s=idle / 1000.0,
             replay_timeout_s=replay / 1000.0,
+            mode=_choice(raw, "mode", READ_MODES, "browse"),
+            browse_idle_timeout_s=browse_idle / 1000.0,
         )
 
 

@@ -62,7 +62,7 @@ def to_record_batch(
         [
             pa.array([node_name] * len(rows), pa.string()),
             pa.array([m.headers.get("destination") for m in rows], pa.string()),
-            pa.array([m.headers.get("message-id") for m in rows], pa.string()),
+            pa.array([dialect.message_id(m.headers, node_name) for m in rows], pa.string()),
             pa.array(groups, pa.string()),
             pa.array([m.seq for m in rows], pa.int64()),
             pa.array([m.headers.get("redelivered") == "true" for m in rows], pa.bool_()),

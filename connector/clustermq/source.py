@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
@@ -33,9 +34,20 @@ class ClusterMQDataSource(DataSource):
         ReadOptions.parse(self.options)
         return READ_SCHEMA_DDL
 
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """Batch read: a browse snapshot of every node (option ``mode``, default ``browse``)."""
+        from .browse import ClusterMQBatchReader
+
+        return ClusterMQBatchReader(ReadOptions.parse(self.options))
+
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .stream import ClusterMQStreamReader
 
+        if any(k.lower() == "mode" for k in self.options):
+            raise OptionError(
+                "option 'mode' applies to batch reads (spark.read); a streaming read always "
+                "consumes, acknowledging on commit"
+            )
         return ClusterMQStreamReader(ReadOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -30,6 +30,7 @@ import logging
 import queue as queue_mod
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -57,6 +58,10 @@ _NOT_FORWARDED = frozenset(
     {
         "message-id", "destination", "subscription", "ack", "content-length", "redelivered",
         "timestamp", "persistent", "JMSXGroupID", "_AMQ_GROUP_ID", TASK_HEADER, TARGET_HEADER,
+        # Artemis keeps a SEND's frame headers as message properties, ``transaction`` included:
+        # forwarded, it put the final SEND into the task's long-gone transaction, and the
+        # message silently vanished (measured on 2.40.0).
+        "transaction", "receipt",
     }
 )
 _MOVE_CHUNK = 200  # messages per move transaction (see _drain on why it is small)
@@ -113,6 +118,21 @@ class _Inbox(LinkListener):
                     raise LinkLost(self.reason or "connection lost") from None
                 if time.monotonic() >= deadline:
                     return None
+
+
+@dataclass
+class _Chunk:
+    """The part of a move not settled yet (see ``_Mover._drain``)."""
+
+    transactional: bool
+    tx: str | None = None
+    size: int = 0
+    acks: list[str] = field(default_factory=list)  # staged copies to ACK after the SENDs
+    held: tuple[str, bytes, dict[str, str]] | None = None  # last final copy, sent with a receipt
+
+    def reset(self) -> None:
+        self.tx, self.size, self.held = None, 0, None
+        self.acks = []
 
 
 def final_headers(staged: Mapping[str, str], dialect: BrokerDialect, options: WriteOptions) -> dict[str, str]:
@@ -195,18 +215,25 @@ class _Mover:
         Measured on Classic 5.18: while a transaction holds many uncommitted ACKs, the broker
         sometimes stops dispatching (813 of 1,000 staged messages in flight, the rest never
         paged in; 1 run in 8 with 1,000-message transactions, none in 24 with 100 or 200).
-        Small transactions, plus a COMMIT whenever deliveries pause, keep dispatch going.
+        Small chunks, settled whenever deliveries pause, keep dispatch going.
+
+        Classic: a chunk is one transaction that SENDs the final copies and ACKs the staged
+        ones. Artemis applies a transactional ACK at once (even if the COMMIT never comes), and
+        a duplicate ``_AMQ_DUPL_ID`` inside a transaction fails the whole COMMIT (measured:
+        ERROR "AMQ339013 Error committing", the other messages rolled back), which would make a
+        re-run move of a half-moved job fail forever. So there final copies are sent outside
+        any transaction - the broker silently drops one whose id it already has, which makes
+        the move idempotent - and the staged copies are ACKed once the last SEND's RECEIPT
+        proves the chunk stored (see ``_settle``).
         """
+        chunk = _Chunk(transactional=dialect.transactional_ack)
         done = 0
-        tx = None
-        in_tx = 0
         deadline = time.monotonic() + timeout
         while done < wanted:
-            frame = inbox.next(_IDLE_COMMIT_S if tx is not None else max(0.0, deadline - time.monotonic()))
+            frame = inbox.next(_IDLE_COMMIT_S if chunk.size else max(0.0, deadline - time.monotonic()))
             if frame is None:
-                if tx is not None:  # deliveries paused: settle the ACKs so the broker pages in more
-                    commit_with_receipt(conn, inbox, tx, self.options.receipt_timeout_s)
-                    tx, in_tx = None, 0
+                if chunk.size:  # deliveries paused: settle the ACKs so the broker pages in more
+                    self._settle(conn, inbox, chunk)
                     continue
                 if not forward:
                     break  # best effort: the rest is garbage nobody consumes
@@ -215,26 +242,65 @@ class _Mover:
                     f"messages arrived from {self.staging} within {timeout:.0f} s"
                 )
             deadline = time.monotonic() + timeout
-            if tx is None:
-                tx = conn.begin()
+            if chunk.transactional and chunk.tx is None:
+                chunk.tx = conn.begin()
             headers = frame.headers
             if forward and headers.get(TASK_HEADER) in winners:
                 target = headers.get(TARGET_HEADER) or self.default_queue
-                conn.send(dialect.destination(target), frame.body,
-                          headers=final_headers(headers, dialect, self.options), transaction=tx)
+                final = (dialect.destination(target), frame.body, final_headers(headers, dialect, self.options))
+                if chunk.transactional:
+                    conn.send(final[0], final[1], headers=final[2], transaction=chunk.tx)
+                else:
+                    if chunk.held is not None:
+                        conn.send(chunk.held[0], chunk.held[1], headers=chunk.held[2])
+                    chunk.held = final
                 self.result.moved += 1
                 done += 1
             else:
                 self.result.dropped += 1
                 if not forward:
                     done += 1
-            conn.ack(headers["ack"], transaction=tx)
-            in_tx += 1
-            if in_tx >= _MOVE_CHUNK or done >= wanted:
-                commit_with_receipt(conn, inbox, tx, self.options.receipt_timeout_s)
-                tx, in_tx = None, 0
-        if tx is not None:
-            commit_with_receipt(conn, inbox, tx, self.options.receipt_timeout_s)
+            if chunk.transactional:
+                conn.ack(headers["ack"], transaction=chunk.tx)
+            else:
+                chunk.acks.append(headers["ack"])
+            chunk.size += 1
+            if chunk.size >= _MOVE_CHUNK or done >= wanted:
+                self._settle(conn, inbox, chunk)
+        if chunk.size:
+            self._settle(conn, inbox, chunk)
+
+    def _settle(self, conn: Any, inbox: _Inbox, chunk: "_Chunk") -> None:
+        """Make a chunk durable: COMMIT its transaction, or (Artemis) confirm its SENDs, then ACK.
+
+        Without a transaction the last final copy is sent with a receipt; the broker handles a
+        connection's frames in order, so its RECEIPT means every SEND of the chunk is stored.
+        Only then are the staged copies ACKed, the last ACK again with a receipt so they are
+        gone when this returns (the left-over depth check relies on that). A crash in between
+        leaves staged copies that a later move sends again; their ``_AMQ_DUPL_ID`` makes the
+        broker drop them.
+        """
+        timeout = self.options.receipt_timeout_s
+        try:
+            if chunk.tx is not None:
+                commit_with_receipt(conn, inbox, chunk.tx, timeout)
+            if chunk.held is not None:
+                destination, body, headers = chunk.held
+                receipt = f"send-{uuid.uuid4().hex}"
+                inbox.wait_receipt(
+                    receipt, lambda: conn.send(destination, body, headers={**headers, "receipt": receipt}), timeout
+                )
+            if chunk.acks:
+                for ack_id in chunk.acks[:-1]:
+                    conn.ack(ack_id)
+                receipt = f"ack-{uuid.uuid4().hex}"
+                last = chunk.acks[-1]
+                inbox.wait_receipt(receipt, lambda: conn.ack(last, receipt=receipt), timeout)
+        except LinkLost:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken socket; the copies stay staged
+            raise LinkLost(f"settling a move chunk failed ({type(exc).__name__})") from None
+        chunk.reset()
 
     def _leftover(self) -> int:
         """Messages still in the staging queue after the move (garbage); 0 if unknown."""

@@ -10,11 +10,12 @@ templates in ``conf/<flavor>/``, runs one JVM per node and records everything in
 from __future__ import annotations
 
 from .cluster import ClusterStartError, Credentials, LocalCluster
-from .fetch import CLASSIC_VERSION, ensure_distribution
+from .fetch import ARTEMIS_VERSION, CLASSIC_VERSION, ensure_distribution
 from .flavor import BrokerFlavor, get_flavor
 from .paths import cache_dir, default_cluster_dir
 
 __all__ = [
+    "ARTEMIS_VERSION",
     "CLASSIC_VERSION",
     "BrokerFlavor",
     "ClusterStartError",

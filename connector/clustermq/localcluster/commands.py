@@ -164,7 +164,7 @@ def add_cluster_parsers(subparsers: "argparse._SubParsersAction[argparse.Argumen
     up = actions.add_parser("up", help="start a fresh local cluster; prints the brokers string last")
     up.add_argument("--nodes", type=int, default=3, help="number of broker nodes (default: 3)")
     up.add_argument("--flavor", choices=["classic", "artemis"], default="classic",
-                    help="broker product (default: classic; artemis is not supported yet)")
+                    help="broker product (default: classic)")
     up.add_argument("--dir", help=dir_help)
     up.add_argument("--base-port", type=int, default=None,
                     help="node i uses STOMP port P+10*i and peer port P+10*i+1 (default: free ports)")

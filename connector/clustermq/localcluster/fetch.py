@@ -25,6 +25,10 @@ from .paths import cache_dir
 CLASSIC_VERSION = "5.18.3"
 """Pinned ActiveMQ Classic version: the broker facts in DESIGN.md were measured on 5.17/5.18."""
 
+ARTEMIS_VERSION = "2.40.0"
+"""Pinned ActiveMQ Artemis version: a recent 2.x that runs on Java 17 (the machines' JDK) and
+whose ``bin`` tarball is on Maven Central; the Artemis facts in docs/design.md were measured on it."""
+
 COMPLETE_MARKER = ".clustermq-complete"
 
 
@@ -44,6 +48,12 @@ DISTRIBUTIONS: dict[str, Distribution] = {
         version=CLASSIC_VERSION,
         artifact=f"org.apache.activemq:apache-activemq:{CLASSIC_VERSION}:tar.gz:bin",
         top_dir=f"apache-activemq-{CLASSIC_VERSION}",
+    ),
+    "artemis": Distribution(
+        flavor="artemis",
+        version=ARTEMIS_VERSION,
+        artifact=f"org.apache.activemq:apache-artemis:{ARTEMIS_VERSION}:tar.gz:bin",
+        top_dir=f"apache-artemis-{ARTEMIS_VERSION}",
     ),
 }
 

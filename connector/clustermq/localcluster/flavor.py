@@ -3,7 +3,7 @@
 ``LocalCluster`` is flavor-neutral: ports, processes, state, readiness polling and teardown are
 the same for every broker. A flavor supplies the rest: where its distribution comes from, how a
 node's config is rendered, the command line that starts a node, and how to tell that the node is
-connected to its peers. ActiveMQ Classic is the first flavor; Artemis plugs in the same way.
+connected to its peers. ActiveMQ Classic and Artemis are the flavors.
 """
 
 from __future__ import annotations
@@ -52,16 +52,14 @@ class BrokerFlavor(ABC):
 
 def get_flavor(name: str) -> BrokerFlavor:
     """The flavor called ``name``; ``NotImplementedError`` for known-but-unsupported ones."""
-    from .classic import ClassicFlavor  # local import: flavors import this module
+    from .artemis import ArtemisFlavor  # local imports: flavors import this module
+    from .classic import ClassicFlavor
 
-    flavors: dict[str, type[BrokerFlavor]] = {ClassicFlavor.name: ClassicFlavor}
+    flavors: dict[str, type[BrokerFlavor]] = {
+        ClassicFlavor.name: ClassicFlavor,
+        ArtemisFlavor.name: ArtemisFlavor,
+    }
     key = name.strip().lower()
     if key in flavors:
         return flavors[key]()
-    if key == "artemis":
-        raise NotImplementedError(
-            "flavor 'artemis' is not supported by the local cluster harness yet "
-            "(only 'classic' is); it plugs in as a BrokerFlavor subclass in "
-            "clustermq.localcluster"
-        )
     raise ValueError(f"unknown broker flavor '{name}'; known flavors: classic, artemis")

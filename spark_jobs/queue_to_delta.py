@@ -1,0 +1,133 @@
+"""Stream a cluster queue into a Delta table, checkpointed; every message_id lands once.
+
+    python spark_jobs/queue_to_delta.py --brokers H:P,H:P --queue orders \\
+        --table /lake/orders --checkpoint /lake/_checkpoints/orders \\
+        [--trigger availableNow | --trigger processingTime=5s] [--max-messages-per-trigger N] \\
+        [--dedupe redelivered|all] [--id-header NAME] [--option KEY=VALUE ...] \\
+        [--config conf/queue_to_delta.conf]
+
+Columns: every reader column plus ``ingest_time`` (when the batch was written) and
+``batch_id`` (the micro-batch). Each batch is appended with Delta's txnAppId (the query id)
+and txnVersion (the batch id), and rows are de-duplicated by ``message_id``: see
+``clustermq.delta_sink`` and the README for the guarantee and its limits.
+
+Settings: flags win over the ``[queue_to_delta]`` section of ``--config``; further reader
+options go in its ``[reader_options]`` section or in ``--option``. Credentials come only from
+``CLUSTERMQ_USERNAME`` / ``CLUSTERMQ_PASSWORD`` in the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Callable
+
+from clustermq.delta import DeltaJarsMissing, delta_session
+from clustermq.delta_sink import DEDUPE_SCOPES, BatchReport, start_queue_to_delta
+from clustermq.jobs import (
+    JobConfigError,
+    load_config,
+    merge_settings,
+    parse_key_values,
+    reader_options,
+    run_until_done,
+)
+
+SECTION = "queue_to_delta"
+DEFAULTS = {
+    "trigger": "processingTime=5s",
+    "max_messages_per_trigger": "10000",
+    "dedupe": "redelivered",
+    "id_header": None,
+}
+REQUIRED = ("brokers", "queue", "table", "checkpoint")
+
+# Fault injection for the killed-driver test: SIGKILL this job's process group (the driver
+# and its Spark JVM) right after the Delta commit of the given batch, before Spark writes that
+# batch to its commit log -- the exact window the txnVersion idempotence exists for.
+FAULT_ENV = "CLUSTERMQ_FAULT_KILL_AFTER_BATCH"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="INI file with a [queue_to_delta] section (see conf/queue_to_delta.conf)")
+    p.add_argument("--brokers")
+    p.add_argument("--queue")
+    p.add_argument("--table", help="path or URI of the Delta table (created on the first batch)")
+    p.add_argument("--checkpoint", help="checkpoint folder of the streaming query")
+    p.add_argument("--trigger", help="availableNow or processingTime=<interval> (default processingTime=5s)")
+    p.add_argument("--max-messages-per-trigger", help="messages per micro-batch over all nodes (default 10000)")
+    p.add_argument("--dedupe", choices=DEDUPE_SCOPES,
+                   help="anti-join against the table only rows flagged redelivered (default), "
+                        "or every row (covers brokers that lose the redelivered flag on restart)")
+    p.add_argument("--id-header", metavar="NAME",
+                   help="de-duplicate by this header (a producer-assigned id, e.g. clustermq_id) "
+                        "where present, else by message_id; needed on Artemis, which gives a "
+                        "message moved to another node a new message-id")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any further clustermq reader option (repeatable)")
+    args = p.parse_args(argv)
+    settings, config_reader = load_config(args.config, SECTION)
+    merged = merge_settings(args, settings, DEFAULTS, REQUIRED)
+    merged.max_messages_per_trigger = int(merged.max_messages_per_trigger)
+    if merged.trigger != "availableNow" and not merged.trigger.startswith("processingTime="):
+        raise JobConfigError(
+            f"--trigger: '{merged.trigger}' is not availableNow or processingTime=<interval>")
+    if merged.dedupe not in DEDUPE_SCOPES:
+        raise JobConfigError(f"dedupe: '{merged.dedupe}' is not one of {', '.join(DEDUPE_SCOPES)}")
+    merged.reader_options = {**config_reader, **parse_key_values(args.option, "--option")}
+    return merged
+
+
+def _fault_hook() -> Callable[[int], None] | None:
+    target = os.environ.get(FAULT_ENV)
+    if not target:
+        return None
+    if os.getpgid(0) != os.getpid():
+        raise JobConfigError(f"{FAULT_ENV} needs the job to lead its own process group")
+
+    def after_commit(batch_id: int) -> None:
+        if batch_id == int(target):
+            print(f"fault injection: SIGKILL after the Delta commit of batch {batch_id}", flush=True)
+            os.killpg(os.getpid(), signal.SIGKILL)
+
+    return after_commit
+
+
+def print_report(report: BatchReport) -> None:
+    print(report.line(), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        spark = delta_session("clustermq-queue-to-delta")
+    except (JobConfigError, DeltaJarsMissing) as exc:
+        print(f"queue_to_delta: error: {exc}", file=sys.stderr)
+        return 2
+    options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
+                             args.reader_options)
+    try:
+        query, sink = start_queue_to_delta(spark, options, args.table, args.checkpoint,
+                                           args.trigger, args.dedupe, on_report=print_report,
+                                           after_commit=_fault_hook(), id_header=args.id_header)
+    except JobConfigError as exc:
+        print(f"queue_to_delta: error: {exc}", file=sys.stderr)
+        spark.stop()
+        return 2
+    print(f"query {query.id} started: queue {args.queue} -> {args.table}", flush=True)
+    try:
+        run_until_done(query)
+    finally:
+        totals = sink.totals
+        print(f"done: {totals.batches} batches, {totals.rows_in} rows read, "
+              f"{totals.duplicates_dropped} duplicates dropped, {totals.written} rows written",
+              flush=True)
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
