@@ -188,7 +188,7 @@ def test_plain_queue_prefix_routes_anycast_and_depth_per_node(broker: Any) -> No
         seen.update(broker.depths(queue))
         return seen == expected
 
-    poll(placed, 30, f"depths {expected} (last seen {seen})")
+    poll(placed, 30, f"depths {expected}")
     assert dict(broker.depths(new_queue("never-used"))) == {n: 0 for n in nodes}
 
 
