@@ -11,14 +11,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+from test_reader_faults import kill_group, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -33,14 +33,6 @@ def dspark(spark: SparkSession) -> SparkSession:
     return spark
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
 def job_env(broker, **extra: str) -> dict[str, str]:
     username, password = broker.cluster.credentials
     return dict(os.environ, CLUSTERMQ_USERNAME=username, CLUSTERMQ_PASSWORD=password,
@@ -52,15 +44,6 @@ def start_job(script: str, args: list[str], env: dict[str, str], log: Path) -> s
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, str(JOBS / script), *args], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the job's process group (idempotent) and reap the leader."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
 
 
 def finish(proc: subprocess.Popen, timeout: float, log: Path) -> int:
