@@ -164,6 +164,28 @@ class Broker:
                                      f"{getattr(depths, 'errors', depths)}")
             time.sleep(0.2)
 
+    def settled_depths(self, queue: str, quiet: float = 1.5, timeout: float = 60.0) -> dict[str, int | None]:
+        """Depth per node once no node's depth changed for ``quiet`` seconds.
+
+        Right after a consumer dies, Classic's network bridges move its messages between nodes
+        (replayWhenNoConsumers): measured, the per-node sum read 4,829 and then 4,800 for the
+        same 4,800 messages, and it can also dip below the truth while a message is in a
+        bridge, so an exact count has to wait for the cluster to settle.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        last, since = self.depths(queue), time.monotonic()
+        while True:
+            time.sleep(0.3)
+            now = self.depths(queue)
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return now
+            if time.monotonic() > deadline:
+                raise AssertionError(f"depths of {queue} still moving after {timeout:.0f} s: {now}")
+
     def wait_depth_zero(self, queue: str, timeout: float = 30.0) -> dict[str, int | None]:
         """Acks are asynchronous frames: poll until every node reports an empty queue."""
         import time

@@ -110,7 +110,7 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
     assert set(per_batch) == {0, 1} and all(0 < n <= 400 for n in per_batch.values()), per_batch
     assert rows.select("message_id").distinct().count() == sum(per_batch.values())
     # Acknowledged exactly what Spark committed (batch 0), not the Delta-only batch 1.
-    depths = broker.depths(queue)
+    depths = broker.settled_depths(queue)
     assert total - sum(d or 0 for d in depths.values()) == per_batch[0], depths
 
     # Run 2: restart from the checkpoint and drain (Trigger.AvailableNow).
