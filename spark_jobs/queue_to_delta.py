@@ -3,11 +3,15 @@
     python spark_jobs/queue_to_delta.py --brokers H:P,H:P --queue orders \\
         --table /lake/orders --checkpoint /lake/_checkpoints/orders \\
         [--trigger availableNow | --trigger processingTime=5s] [--max-messages-per-trigger N] \\
-        [--dedupe redelivered|all] [--id-header NAME] [--option KEY=VALUE ...] \\
-        [--config conf/queue_to_delta.conf]
+        [--dedupe redelivered|all] [--id-header NAME] [--parse json --schema DDL] \\
+        [--option KEY=VALUE ...] [--config conf/queue_to_delta.conf]
 
 Columns: every reader column plus ``ingest_time`` (when the batch was written) and
-``batch_id`` (the micro-batch). Each batch is appended with Delta's txnAppId (the query id)
+``batch_id`` (the micro-batch). With ``--parse json --schema 'order long, customer string'``
+each body is also parsed into those columns, plus ``_corrupt``: a body that does not parse
+(not UTF-8, not a JSON object, a value of the wrong type) is kept, never dropped, with its
+parsed columns null and its text in ``_corrupt`` (the exact bytes stay in ``body``); every
+batch line counts them ("N unparsable"). Each batch is appended with Delta's txnAppId (the query id)
 and txnVersion (the batch id), and rows are de-duplicated by ``message_id``: see
 ``clustermq.delta_sink`` and the README for the guarantee and its limits.
 
@@ -28,6 +32,7 @@ from clustermq.delta import DeltaJarsMissing, delta_session
 from clustermq.delta_sink import DEDUPE_SCOPES, BatchReport, start_queue_to_delta
 from clustermq.jobs import (
     JobConfigError,
+    body_parse,
     load_config,
     merge_settings,
     parse_key_values,
@@ -41,6 +46,8 @@ DEFAULTS = {
     "max_messages_per_trigger": "10000",
     "dedupe": "redelivered",
     "id_header": None,
+    "parse": None,
+    "schema": None,
 }
 REQUIRED = ("brokers", "queue", "table", "checkpoint")
 
@@ -66,6 +73,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="de-duplicate by this header (a producer-assigned id, e.g. clustermq_id) "
                         "where present, else by message_id; needed on Artemis, which gives a "
                         "message moved to another node a new message-id")
+    p.add_argument("--parse", choices=("json",),
+                   help="parse every body as JSON into the columns of --schema; a body that "
+                        "does not parse is kept with its text in column _corrupt (never dropped) "
+                        "and counted in the batch line")
+    p.add_argument("--schema", metavar="DDL",
+                   help="the parsed columns as a Spark DDL string, e.g. 'order long, customer "
+                        "string' (with --parse)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="any further clustermq reader option (repeatable)")
     args = p.parse_args(argv)
@@ -78,6 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if merged.dedupe not in DEDUPE_SCOPES:
         raise JobConfigError(f"dedupe: '{merged.dedupe}' is not one of {', '.join(DEDUPE_SCOPES)}")
     merged.reader_options = {**config_reader, **parse_key_values(args.option, "--option")}
+    merged.body_parse = body_parse(merged.parse, merged.schema)
     return merged
 
 
@@ -112,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         query, sink = start_queue_to_delta(spark, options, args.table, args.checkpoint,
                                            args.trigger, args.dedupe, on_report=print_report,
-                                           after_commit=_fault_hook(), id_header=args.id_header)
+                                           after_commit=_fault_hook(), id_header=args.id_header,
+                                           parse=args.body_parse)
     except JobConfigError as exc:
         print(f"queue_to_delta: error: {exc}", file=sys.stderr)
         spark.stop()
@@ -123,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         totals = sink.totals
         print(f"done: {totals.batches} batches, {totals.rows_in} rows read, "
-              f"{totals.duplicates_dropped} duplicates dropped, {totals.written} rows written",
+              f"{totals.duplicates_dropped} duplicates dropped, {totals.written} rows written"
+              + (f", {totals.corrupt} unparsable (kept in _corrupt)" if args.body_parse else ""),
               flush=True)
         spark.stop()
     return 0

@@ -49,7 +49,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         marker = item.get_closest_marker("flavors")
         callspec = getattr(item, "callspec", None)
-        flavor = callspec.params.get("cluster") if callspec is not None else None
+        params = callspec.params if callspec is not None else {}
+        flavor = params.get("cluster") or params.get("tls_cluster")
         (drop if marker and flavor and flavor not in marker.args else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

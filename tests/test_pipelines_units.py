@@ -89,3 +89,72 @@ def test_batch_read_refuses_drain_and_artemis_before_any_task() -> None:
     with pytest.raises(OptionError, match="Artemis cannot browse"):
         check_browse_mode(ReadOptions.parse({**base, "flavor": "artemis"}))
     check_browse_mode(ReadOptions.parse(base))  # browse on classic/auto is fine
+
+
+def queue_to_delta_job():  # type: ignore[no-untyped-def]
+    """spark_jobs/queue_to_delta.py as a module (its flag parsing needs no Spark)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("queue_to_delta_job", ROOT / "spark_jobs" / "queue_to_delta.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REQUIRED_FLAGS = ["--brokers", "h:1", "--queue", "q", "--table", "t", "--checkpoint", "c"]
+
+
+def test_parse_flags_and_config_build_the_body_parse(tmp_path: Path) -> None:
+    job = queue_to_delta_job()
+    assert job.parse_args(REQUIRED_FLAGS).body_parse is None
+    parse = job.parse_args(REQUIRED_FLAGS + ["--parse", "json", "--schema", "order long"]).body_parse
+    assert (parse.format, parse.schema, parse.corrupt_column) == ("json", "order long", "_corrupt")
+    conf = write(tmp_path / "j.conf", "[queue_to_delta]\nparse = json\nschema = a int, b string\n")
+    parse = job.parse_args(REQUIRED_FLAGS + ["--config", str(conf)]).body_parse
+    assert parse.schema == "a int, b string"
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--parse", "json"], "--parse json needs --schema"),
+        (["--schema", "a int"], "--schema is set but --parse is not"),
+    ],
+)
+def test_parse_settings_that_cannot_work_are_refused_before_spark(extra: list[str], fragment: str) -> None:
+    with pytest.raises(JobConfigError, match=fragment):
+        queue_to_delta_job().parse_args(REQUIRED_FLAGS + extra)
+
+
+def test_an_unknown_parse_format_in_the_config_file_is_refused(tmp_path: Path) -> None:
+    conf = write(tmp_path / "j.conf", "[queue_to_delta]\nparse = xml\nschema = a int\n")
+    with pytest.raises(JobConfigError, match="--parse: 'xml' is not one of json"):
+        queue_to_delta_job().parse_args(REQUIRED_FLAGS + ["--config", str(conf)])
+
+
+def test_the_job_help_documents_the_parse_and_the_corrupt_column() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "spark_jobs" / "queue_to_delta.py"), "--help"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "--parse {json}" in out and "--schema DDL" in out and "_corrupt" in out
+
+
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("a,b", "','"), ("a?b", "'?'"), ("a.#", "'#'"), ("a.*", "'*'"), ("a.>", "'>'"),
+        ("a\tb", "'\\t'"), ("x" * 1025, "at most 1024"),
+    ],
+)
+def test_queue_names_brokers_would_misroute_are_refused(name: str, fragment: str) -> None:
+    from clustermq.options import OptionError, check_queue_name
+
+    with pytest.raises(OptionError) as err:
+        check_queue_name(name)
+    assert "option 'queue'" in str(err.value) and fragment in str(err.value)
+    assert "allowed" in str(err.value) or "at most" in str(err.value)
+    for ok in ("orders", "a.b-c_d", "é.q", "x" * 1024, "a/b"):
+        assert check_queue_name(ok) == ok

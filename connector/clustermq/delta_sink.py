@@ -22,6 +22,12 @@ original ones in between), those messages are appended without ``txnVersion``; t
 acknowledged after this function returns, so skipping them would lose them. That append is
 itself idempotent: a crash right after it leads to the same replay, whose anti-join finds them.
 
+Optionally each body is parsed (``BodyParse``, ``--parse json --schema <DDL>``) into typed
+columns. A body that does not parse is never dropped: its row is written like any other, with
+the parsed columns null and the body's text in the ``_corrupt`` column (Spark's PERMISSIVE mode
+with ``columnNameOfCorruptRecord``); the exact bytes stay in ``body``, and every batch report
+counts them.
+
 Chosen over ``MERGE``: a MERGE scans and rewrites table files for every batch, while the
 anti-join runs only for redelivered rows and the first batch of a run, and appends never
 rewrite files (no conflicts with readers, cheap time travel).
@@ -37,6 +43,7 @@ from typing import Callable
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 log = logging.getLogger("clustermq.delta_sink")
 
@@ -47,6 +54,75 @@ READER_COLUMNS = (
 TABLE_COLUMNS = READER_COLUMNS + ("ingest_time", "batch_id")
 DEDUPE_SCOPES = ("redelivered", "all")
 KEY = "_clustermq_key"  # the de-duplication key while a batch is processed; never written
+PARSE_FORMATS = ("json",)
+CORRUPT_COLUMN = "_corrupt"
+_PARSED = "_clustermq_parsed"  # the parse result while a batch is processed; never written
+
+
+@dataclass(frozen=True)
+class BodyParse:
+    """Parse every body into typed columns; keep what does not parse in ``corrupt_column``.
+
+    ``schema`` is a Spark DDL string (``"order long, customer string"``). A body is *corrupt*
+    when it is not valid UTF-8, is not a JSON object (empty, ``null``, an array, a scalar) or
+    has a value that does not fit its column's type (Spark's PERMISSIVE ``from_json``); then
+    every parsed column is null and ``corrupt_column`` holds the body as text (invalid UTF-8
+    replaced by U+FFFD; the exact bytes are in ``body``). Fields the schema does not name are
+    ignored and missing ones are null, as in Spark's JSON reader: that is not corruption.
+    """
+
+    schema: str
+    format: str = "json"
+    corrupt_column: str = CORRUPT_COLUMN
+
+    def fields(self) -> StructType:
+        """The parsed columns; ``ValueError`` naming the problem when the DDL is unusable.
+
+        Needs an active SparkSession (Spark parses the DDL).
+        """
+        if self.format not in PARSE_FORMATS:
+            raise ValueError(f"parse format '{self.format}' is not one of {', '.join(PARSE_FORMATS)}")
+        try:
+            parsed = DataType.fromDDL(self.schema)
+        except Exception as exc:  # noqa: BLE001 - Spark's parse errors have many types
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"schema '{self.schema}' is not a Spark DDL schema: {first}") from None
+        if not isinstance(parsed, StructType) or not parsed.fields:
+            raise ValueError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
+        taken = {c.lower() for c in TABLE_COLUMNS} | {KEY, _PARSED, self.corrupt_column.lower()}
+        clash = [f.name for f in parsed.fields if f.name.lower() in taken]
+        if clash:
+            raise ValueError(
+                f"schema column(s) {', '.join(clash)} clash with the table's own columns "
+                f"({', '.join(TABLE_COLUMNS)}, {self.corrupt_column}); rename them in the schema"
+            )
+        return parsed
+
+    def columns(self) -> tuple[str, ...]:
+        """The columns the parse adds to the table, in order."""
+        return tuple(f.name for f in self.fields().fields) + (self.corrupt_column,)
+
+    def apply(self, df: DataFrame) -> DataFrame:
+        """``df`` with the parsed columns and ``corrupt_column`` added (see the class doc)."""
+        fields = self.fields()
+        text = F.col("body").cast("string")
+        with_corrupt = StructType(fields.fields + [StructField(self.corrupt_column, StringType())])
+        parsed = F.from_json(text, with_corrupt, {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": self.corrupt_column})
+        out = df.withColumn(_PARSED, parsed)
+        bad = (
+            F.col("body").isNull()
+            | ~F.is_valid_utf8(text)
+            | F.col(_PARSED).isNull()
+            | F.col(_PARSED)[self.corrupt_column].isNotNull()
+        )
+        for f in fields.fields:
+            out = out.withColumn(
+                f.name, F.when(bad, F.lit(None).cast(f.dataType)).otherwise(F.col(_PARSED)[f.name]))
+        out = out.withColumn(
+            self.corrupt_column,
+            F.when(bad, F.coalesce(F.make_valid_utf8(text), F.lit(""))).otherwise(F.lit(None).cast("string")))
+        return out.drop(_PARSED)
 
 
 @dataclass
@@ -59,6 +135,8 @@ class BatchReport:
     already_in_table: int
     written: int
     replay_rows_appended: int = 0
+    #: rows written whose body did not parse (only with a ``BodyParse``); ``None`` without one
+    corrupt: int | None = None
 
     def line(self) -> str:
         text = (f"batch {self.batch_id}: {self.rows_in} rows read, "
@@ -67,6 +145,8 @@ class BatchReport:
         if self.replay_rows_appended:
             text += (f" ({self.replay_rows_appended} appended after Delta skipped an "
                      "already-committed replay)")
+        if self.corrupt is not None:
+            text += f", {self.corrupt} unparsable (kept with their body in {CORRUPT_COLUMN})"
         return text
 
 
@@ -76,6 +156,7 @@ class DeltaSinkTotals:
     rows_in: int = 0
     duplicates_dropped: int = 0
     written: int = 0
+    corrupt: int = 0
     reports: list[BatchReport] = field(default_factory=list)
 
 
@@ -103,10 +184,15 @@ class IdempotentDeltaWriter:
         on_report: Callable[[BatchReport], None] | None = None,
         after_commit: Callable[[int], None] | None = None,
         id_header: str | None = None,
+        parse: BodyParse | None = None,
     ) -> None:
         if dedupe not in DEDUPE_SCOPES:
             raise ValueError(f"dedupe must be one of {DEDUPE_SCOPES}, got {dedupe!r}")
         self.path = path
+        self.parse = parse
+        #: the table's columns; a parse adds its columns and ``_corrupt`` (set in __call__,
+        #: where a SparkSession exists to read the DDL)
+        self.columns: tuple[str, ...] = TABLE_COLUMNS
         self.dedupe = dedupe
         self.id_header = id_header
         self.on_report = on_report
@@ -158,9 +244,13 @@ class IdempotentDeltaWriter:
             .dropDuplicates([KEY])
             .withColumn("ingest_time", F.current_timestamp())
             .withColumn("batch_id", F.lit(batch_id).cast("long"))
-            .select(KEY, *TABLE_COLUMNS)
-            .persist(StorageLevel.MEMORY_AND_DISK)
         )
+        if self.parse is not None:
+            self.columns = TABLE_COLUMNS + self.parse.columns()
+            unique = self.parse.apply(unique)
+        columns = self.columns
+        unique = unique.select(KEY, *columns).persist(StorageLevel.MEMORY_AND_DISK)
+        corrupt: int | None = None
         try:
             unique_count = unique.count()
             source.unpersist()
@@ -173,14 +263,16 @@ class IdempotentDeltaWriter:
                 else:
                     fresh = unique.where(~F.col("redelivered")).unionByName(
                         redelivered.join(self._table_ids(spark), KEY, "left_anti")
-                        .select(KEY, *TABLE_COLUMNS)
+                        .select(KEY, *columns)
                     )
             else:
                 fresh = unique
-            fresh = fresh.select(KEY, *TABLE_COLUMNS).persist(StorageLevel.MEMORY_AND_DISK)
+            fresh = fresh.select(KEY, *columns).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 written = fresh.count()
-                (fresh.select(*TABLE_COLUMNS).write.format("delta").mode("append")
+                if self.parse is not None:
+                    corrupt = fresh.where(F.col(self.parse.corrupt_column).isNotNull()).count()
+                (fresh.select(*columns).write.format("delta").mode("append")
                  .option("txnAppId", app_id).option("txnVersion", batch_id)
                  .save(self.path))
                 self._exists = True
@@ -199,12 +291,18 @@ class IdempotentDeltaWriter:
             already_in_table=unique_count - written,
             written=written,
             replay_rows_appended=appended,
+            corrupt=corrupt,
         )
         self.totals.batches += 1
+        self.totals.corrupt += corrupt or 0
         self.totals.rows_in += rows_in
         self.totals.duplicates_dropped += rows_in - written
         self.totals.written += written
         self.totals.reports.append(report)
+        if corrupt:
+            log.warning("clustermq delta sink: batch %d: %d bodies did not parse as %s; kept "
+                        "with the body in column %s", batch_id, corrupt,
+                        self.parse.format if self.parse else "", CORRUPT_COLUMN)
         log.info("clustermq delta sink: %s", report.line())
         if self.on_report:
             self.on_report(report)
@@ -218,7 +316,7 @@ class IdempotentDeltaWriter:
         now were skipped because this batch id was committed by an earlier run.
         """
         missing = fresh.join(self._table_ids(spark), KEY, "left_anti").select(
-            *TABLE_COLUMNS
+            *self.columns
         ).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             count = missing.count()
@@ -242,15 +340,23 @@ def start_queue_to_delta(
     on_report: Callable[[BatchReport], None] | None = None,
     after_commit: Callable[[int], None] | None = None,
     id_header: str | None = None,
+    parse: BodyParse | None = None,
 ) -> tuple[object, IdempotentDeltaWriter]:
     """Start the queue → Delta streaming query (``spark_jobs/queue_to_delta.py``, the demo).
 
-    Returns the running query and its sink (whose ``totals`` count what was written).
+    Returns the running query and its sink (whose ``totals`` count what was written). A bad
+    ``parse`` schema is a ``JobConfigError`` naming ``--schema``, raised before the query
+    starts (nothing is consumed).
     """
-    from .jobs import apply_trigger
+    from .jobs import JobConfigError, apply_trigger
 
+    if parse is not None:
+        try:
+            parse.fields()
+        except ValueError as exc:
+            raise JobConfigError(f"--schema: {exc}") from None
     sink = IdempotentDeltaWriter(table, dedupe, on_report=on_report, after_commit=after_commit,
-                                 id_header=id_header)
+                                 id_header=id_header, parse=parse)
     stream = spark.readStream.format("clustermq").options(**reader_options).load()
     writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     query = apply_trigger(writer, trigger).start()

@@ -49,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import stomp
 
+from .connection import apply_tls, register_secret, tls_failure
 from .nodes import Node
 
 STATS_DESTINATION_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
@@ -165,14 +166,15 @@ def queue_depth(node: Node, queue: str, username: str | None, password: str | No
         reconnect_attempts_max=1,
         timeout=max(0.5, min(timeout, 5.0)),  # socket connect timeout only
     )
-    if node.ssl:
-        conn.set_ssl([(node.host, node.port)])
+    apply_tls(conn, node)  # the node's sslCaFile/... settings, as for every other connection
     conn.set_listener("depth", replies)
     try:
         try:
+            register_secret(password)
             conn.connect(username, password, wait=False)
         except stomp.exception.ConnectFailedException:
-            raise DepthError(f"cannot connect to {node.name}") from None
+            reason = tls_failure(node, max(0.5, min(timeout, 5.0)))
+            raise DepthError(f"cannot connect to {node.name}" + (f": {reason}" if reason else "")) from None
         # stomp.py's connect(wait=True) has no overall deadline: wait for CONNECTED ourselves.
         while not replies.connected.is_set():
             try:

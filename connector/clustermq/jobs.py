@@ -120,6 +120,30 @@ def reader_options(
     return options
 
 
+def body_parse(parse: str | None, schema: str | None) -> Any:
+    """The ``BodyParse`` of ``--parse``/``--schema`` (``None`` without ``--parse``).
+
+    Checked before any Spark work: a parse without a schema, a schema without a parse or an
+    unknown format would otherwise show up only at the first batch. The DDL itself is parsed by
+    Spark when the query starts (``start_queue_to_delta``).
+    """
+    from .delta_sink import PARSE_FORMATS, BodyParse
+
+    parse = (parse or "").strip() or None
+    schema = (schema or "").strip() or None
+    if parse is None:
+        if schema is not None:
+            raise JobConfigError("--schema is set but --parse is not (use --parse json)")
+        return None
+    if parse not in PARSE_FORMATS:
+        raise JobConfigError(f"--parse: '{parse}' is not one of {', '.join(PARSE_FORMATS)}")
+    if schema is None:
+        raise JobConfigError(
+            "--parse json needs --schema '<DDL>' (or 'schema' in the config file), e.g. "
+            "--schema 'order long, customer string'")
+    return BodyParse(schema=schema, format=parse)
+
+
 def apply_trigger(writer: Any, trigger: str) -> Any:
     """``availableNow`` or ``processingTime=<interval>`` on a ``DataStreamWriter``."""
     if trigger == "availableNow":

@@ -7,18 +7,38 @@ when it is not plain ``stomp``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SCHEMES = ("stomp", "stomp+nio", "stomp+ssl", "stomp+nio+ssl")
 
 
+@dataclass(frozen=True)
+class TlsSettings:
+    """How to set up TLS to a ``stomp+ssl://`` node (options ``sslCaFile`` ... ``sslVerifyHostname``).
+
+    Kept on the :class:`Node` itself (outside its identity) so that every code path that opens a
+    connection to a node -- reader, writer, depth probe, browse, staging -- uses the same TLS
+    settings without each of them having to pass the options along. No secret lives here.
+    """
+
+    ca_file: str | None = None  # PEM bundle of trusted CAs; None: the system trust store
+    cert_file: str | None = None  # client certificate (PEM) for mutual TLS
+    key_file: str | None = None  # its unencrypted private key (PEM); None: in cert_file
+    verify_hostname: bool = True
+
+
 @dataclass(frozen=True, order=True)
 class Node:
-    """One broker node of the cluster."""
+    """One broker node of the cluster.
+
+    ``tls`` is excluded from equality, ordering and ``repr``: a node is identified by its address
+    (its name is the offset key), not by how its certificate is checked.
+    """
 
     host: str
     port: int
     ssl: bool = False
+    tls: TlsSettings | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:

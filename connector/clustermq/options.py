@@ -7,10 +7,13 @@ option table is checked against this list by a test, so the two cannot drift apa
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import ssl
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .nodes import Node, parse_nodes
+from .nodes import Node, TlsSettings, parse_nodes
 
 FLAVORS = ("auto", "classic", "artemis")
 ACK_MODES = ("client", "client-individual")
@@ -32,7 +35,7 @@ class OptionSpec:
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("brokers", None, "Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`. Required.", "both"),
-    OptionSpec("queue", None, "Queue name (without `/queue/`). Required.", "both"),
+    OptionSpec("queue", None, "Queue name (without `/queue/`). Required. At most 1024 bytes; no spaces, control characters, `,` `:` `*` `>` `#` `?` (brokers read them as composite destinations, wildcards or destination options).", "both"),
     OptionSpec("flavor", "auto", "Broker kind: `auto` (from the CONNECTED frame's `server` header), `classic` or `artemis`.", "both"),
     OptionSpec("username", None, "Login user for every node.", "both"),
     OptionSpec("password", None, "Login password. Never logged, never shown in errors, progress or `repr()`.", "both"),
@@ -46,6 +49,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("maxReconnectDelay", "30000", "Upper bound in milliseconds between reconnect attempts.", "both"),
     OptionSpec("useExponentialBackOff", "true", "Grow the reconnect delay by `backOffMultiplier` after each failed attempt.", "both"),
     OptionSpec("backOffMultiplier", "2", "Factor of the exponential back-off.", "both"),
+    OptionSpec("sslCaFile", "system trust store", "PEM file of the CA(s) that signed the brokers' certificates, for `stomp+ssl://` nodes. Checked to exist when options are parsed.", "both"),
+    OptionSpec("sslCertFile", None, "Client certificate (PEM) for mutual TLS with `stomp+ssl://` nodes; may hold the private key too.", "both"),
+    OptionSpec("sslKeyFile", "the key in sslCertFile", "Unencrypted private key (PEM) of `sslCertFile`.", "both"),
+    OptionSpec("sslVerifyHostname", "true", "Check that a `stomp+ssl://` node's certificate names the host given in `brokers` (SAN DNS or IP). The chain is always verified.", "both"),
     OptionSpec("connectTimeout", "10000", "Milliseconds to wait for a node's CONNECTED frame.", "both"),
     OptionSpec("heartbeat", "10000", "STOMP heart-beat interval in milliseconds, both directions (0 disables); a node silent for 2.5 times this is declared lost.", "both"),
     OptionSpec("noNodeTimeout", "120000", "The query fails when no node has been reachable for this many milliseconds.", "read"),
@@ -139,11 +146,43 @@ def _queue(raw: Mapping[str, str]) -> str:
         raise OptionError(
             f"option 'queue': give the bare queue name, not a destination path ('{queue}')"
         )
-    bad = [c for c in queue if c in ",*>\n\r:" or c.isspace()]
+    return check_queue_name(queue)
+
+
+#: Longest queue name in UTF-8 bytes. Classic refuses a header line over 10,240 bytes ("The
+#: maximum header length was exceeded", measured on 5.18.3), and the writer's staging queue
+#: ``clustermq.staging.<queue>.<32-hex job>.n<node>`` is about 60 bytes longer than the queue.
+MAX_QUEUE_NAME_BYTES = 1024
+#: Characters a queue name may not contain, and why (measured on Classic 5.18.3, Artemis 2.40.0;
+#: neither broker refuses them, they silently do something else): Classic reads ',' as a
+#: composite destination (one SEND lands in several queues) and '?' as the start of destination
+#: options (the rest of the name is dropped); '*' and '>' (Classic) and '#' and '*' (Artemis)
+#: make a SUBSCRIBE a wildcard subscription that consumes other queues; ':' and whitespace are
+#: kept out of headers and logs.
+FORBIDDEN_QUEUE_CHARS = ",*>#?:"
+
+
+def check_queue_name(queue: str) -> str:
+    """``queue`` if every broker flavor takes it for exactly one queue; ``OptionError`` if not.
+
+    Checked before anything is consumed or sent (option ``queue`` and the writer's per-row
+    ``destination``): both brokers accept most odd names without an ERROR and route them
+    somewhere else (see :data:`FORBIDDEN_QUEUE_CHARS`), and an empty name or one too long for a
+    header would only fail on the broker, mid-job.
+    """
+    bad = [c for c in queue if c in FORBIDDEN_QUEUE_CHARS or c.isspace() or not c.isprintable()]
     if bad:
         raise OptionError(
             f"option 'queue': '{queue}' contains {bad[0]!r}; a queue name may not contain "
-            "spaces, ',', ':', '*' or '>'"
+            "spaces or control characters, ',', ':', '*', '>', '#' or '?' (brokers read them as "
+            "composite destinations, wildcards or destination options); allowed: letters, "
+            "digits and other printable characters such as '.', '-', '_'"
+        )
+    size = len(queue.encode("utf-8"))
+    if size > MAX_QUEUE_NAME_BYTES:
+        raise OptionError(
+            f"option 'queue': the name is {size} bytes long in UTF-8; at most "
+            f"{MAX_QUEUE_NAME_BYTES} are allowed (a STOMP header line has a broker limit)"
         )
     return queue
 
@@ -198,10 +237,73 @@ class ConnectionOptions:
     reconnect: ReconnectPolicy
     connect_timeout_s: float
     heartbeat_ms: int
+    tls: TlsSettings | None = None  # also on every stomp+ssl node (Node.tls), where it is used
 
     @property
     def login(self) -> tuple[str | None, str | None]:
         return self.username, self.password.reveal() if self.password else None
+
+
+TLS_OPTIONS = ("sslCaFile", "sslCertFile", "sslKeyFile", "sslVerifyHostname")
+
+
+def _existing_file(raw: Mapping[str, str], name: str) -> str | None:
+    """An absolute path to a readable file, or ``None``; a bad path fails naming ``name``."""
+    text = raw.get(name.lower())
+    if text is None or str(text).strip() == "":
+        return None
+    path = os.path.abspath(os.path.expanduser(str(text).strip()))
+    if not os.path.isfile(path):
+        raise OptionError(f"option '{name}': file '{path}' does not exist")
+    if not os.access(path, os.R_OK):
+        raise OptionError(f"option '{name}': file '{path}' is not readable")
+    return path
+
+
+def _refuse_key_prompt() -> bytes:
+    raise OptionError("option 'sslKeyFile': the private key is encrypted; give an unencrypted key")
+
+
+def parse_tls(raw: Mapping[str, str], nodes: tuple[Node, ...]) -> TlsSettings | None:
+    """The TLS settings for the ``stomp+ssl://`` nodes; ``None`` when no node uses TLS.
+
+    TLS options with no ``stomp+ssl://`` node are an error, not a warning: a user who sets a CA
+    file believes the connection is encrypted, and a silent plain-text connection (with the
+    password on the wire) is the failure that must not go unnoticed. Files are checked here, on
+    the driver, so a typo fails ``load()``/``save()`` naming the option instead of every task.
+    """
+    given = [name for name in TLS_OPTIONS if raw.get(name.lower()) is not None]
+    if not any(node.ssl for node in nodes):
+        if given:
+            raise OptionError(
+                f"option '{given[0]}' is set but no node in 'brokers' uses TLS; write the nodes "
+                "as stomp+ssl://host:port (or drop the ssl options)"
+            )
+        return None
+    ca_file = _existing_file(raw, "sslCaFile")
+    cert_file = _existing_file(raw, "sslCertFile")
+    key_file = _existing_file(raw, "sslKeyFile")
+    if key_file and not cert_file:
+        raise OptionError("option 'sslKeyFile' is set but 'sslCertFile' is not")
+    if ca_file:
+        try:
+            ssl.create_default_context(cafile=ca_file)
+        except (ssl.SSLError, ValueError) as exc:
+            raise OptionError(f"option 'sslCaFile': '{ca_file}' holds no usable PEM certificate ({exc})") from None
+    if cert_file:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert_file, key_file, password=_refuse_key_prompt)
+        except ssl.SSLError as exc:
+            which = "sslKeyFile" if key_file else "sslCertFile"
+            raise OptionError(
+                f"option '{which}': cannot load the client certificate and key ({exc.reason or exc})"
+            ) from None
+    return TlsSettings(
+        ca_file=ca_file,
+        cert_file=cert_file,
+        key_file=key_file,
+        verify_hostname=_bool(raw, "sslVerifyHostname", True),
+    )
 
 
 def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
@@ -209,6 +311,9 @@ def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
         nodes = parse_nodes(raw.get("brokers", ""))
     except ValueError as exc:
         raise OptionError(str(exc)) from None
+    tls = parse_tls(raw, nodes)
+    if tls is not None:
+        nodes = tuple(dataclasses.replace(n, tls=tls) if n.ssl else n for n in nodes)
     initial = _int(raw, "initialReconnectDelay", 0, 1000)
     maximum = _int(raw, "maxReconnectDelay", 1, 30000)
     assert initial is not None and maximum is not None
@@ -242,6 +347,7 @@ def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
         ),
         connect_timeout_s=connect_timeout / 1000.0,
         heartbeat_ms=heartbeat,
+        tls=tls,
     )
 
 

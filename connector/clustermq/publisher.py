@@ -43,6 +43,23 @@ class LinkLost(Exception):
     """The node's connection broke; its open transaction is gone (or in doubt)."""
 
 
+class MessageRefused(ValueError):
+    """Every node that could be tried answered one message with an ERROR frame (or was down).
+
+    The message names the row (partition and index, and its ``clustermq_id``) and every node's
+    reason: failing over cannot help a message the brokers refuse (e.g. a body over the
+    broker's maximum frame size), and "no node is reachable" would send the user hunting for a
+    network problem.
+    """
+
+
+#: how ``LinkListener.reason`` starts when the node answered with an ERROR frame
+BROKER_ERROR = "broker sent ERROR"
+#: how long a failed SEND waits for the ERROR frame that explains it: Classic writes ERROR and
+#: closes the socket, so the sender's ``sendall`` can fail before the receiver thread read it
+_ERROR_GRACE_S = 2.0
+
+
 @dataclass
 class Outgoing:
     """One message as the task built it, before node-specific (dialect) headers are added."""
@@ -51,6 +68,8 @@ class Outgoing:
     headers: dict[str, str]
     body: bytes
     group_id: str | None
+    #: where the message comes from, for errors ("row 3 of partition 1")
+    label: str = ""
 
 
 class LinkListener(stomp.ConnectionListener):
@@ -74,7 +93,7 @@ class LinkListener(stomp.ConnectionListener):
         self.lost.set()
 
     def on_error(self, frame: Any) -> None:
-        self.reason = f"broker sent ERROR: {frame.headers.get('message', '')}".strip()
+        self.reason = f"{BROKER_ERROR}: {frame.headers.get('message', '')}".strip()
         self.lost.set()
 
     def on_receipt(self, frame: Any) -> None:
@@ -148,6 +167,8 @@ class TaskPublisher:
         self._dead: dict[int, str] = {}
         self.counts: dict[int, int] = {}
         self.failovers = 0
+        #: messages a node answered with an ERROR frame: id -> (message, node index -> ERROR)
+        self._blame: dict[int, tuple[Outgoing, dict[int, str]]] = {}
 
     # ------------------------------------------------------------------ routing
     def _link_for(self, preferred: int) -> _Link:
@@ -187,14 +208,62 @@ class TaskPublisher:
 
     # ------------------------------------------------------------------ sending
     def send(self, message: Outgoing) -> None:
-        """Send inside the transaction of the node the message routes to (failing over)."""
+        """Send inside the transaction of the node the message routes to (failing over).
+
+        A node that answers with an ERROR frame is failed over like a lost one (the ERROR may
+        be the node's, e.g. a full store). When no node is left and nodes refused a message,
+        :class:`MessageRefused` names the row instead of reporting unreachable nodes.
+        """
         while True:
-            link = self._link_for(message.preferred)
+            try:
+                link = self._link_for(message.preferred)
+            except NoWritableNode as exc:
+                raise (self._refused() or exc) from None
             try:
                 self._send_on(link, message)
                 return
             except LinkLost as exc:
-                self._lose(link, str(exc))
+                reason = self._error_reason(link, str(exc))
+                if reason.startswith(BROKER_ERROR):
+                    # the ERROR surfaced while this message was written: it is the suspect
+                    self._blame_on(link, [message], reason)
+                self._lose(link, reason)
+
+    @staticmethod
+    def _error_reason(link: _Link, fallback: str) -> str:
+        """The broker's ERROR text if the node sent one, else ``fallback``.
+
+        Classic writes ERROR and closes the socket: the SEND fails on the closed socket,
+        possibly before stomp.py's receiver thread has read the ERROR, hence the short wait.
+        """
+        if not link.lost.is_set():
+            link.lost.wait(_ERROR_GRACE_S)
+        return link.reason if link.reason.startswith(BROKER_ERROR) else fallback
+
+    def _blame_on(self, link: _Link, messages: list[Outgoing], reason: str) -> None:
+        for message in messages:
+            _, nodes = self._blame.setdefault(id(message), (message, {}))
+            nodes[link.index] = reason
+
+    def _refused(self) -> MessageRefused | None:
+        """The error naming the message most nodes refused, if any node refused one."""
+        if not self._blame:
+            return None
+        most = max(len(nodes) for _, nodes in self._blame.values())
+        suspects = [(m, nodes) for m, nodes in self._blame.values() if len(nodes) == most]
+        message, refused = suspects[0]
+        ident = message.headers.get("clustermq_id")
+        what = message.label or "a message"
+        if ident:
+            what += f" (clustermq_id {ident})"
+        if len(suspects) > 1:
+            what += (f" or one of the {len(suspects) - 1} other messages committed with it (the "
+                     "broker answered the transaction's COMMIT)")
+        reasons = {**self._dead, **refused}
+        return MessageRefused(
+            f"{self._label}: {what} with a {len(message.body):,}-byte body was refused by the "
+            "brokers: " + "; ".join(f"{self.nodes[i].name}: {why}" for i, why in sorted(reasons.items()))
+        )
 
     def _send_on(self, link: _Link, message: Outgoing) -> None:
         if link.lost.is_set():
@@ -241,7 +310,12 @@ class TaskPublisher:
                 try:
                     commit_with_receipt(link.conn, link, link.tx, timeout)
                 except LinkLost as exc:
-                    self._lose(link, f"COMMIT not confirmed: {exc}")
+                    reason = self._error_reason(link, str(exc))
+                    if reason.startswith(BROKER_ERROR):
+                        # an ERROR for a SEND arrives asynchronously, at the latest here: any
+                        # message of the transaction may be the one the broker refused
+                        self._blame_on(link, list(link.pending), reason)
+                    self._lose(link, f"COMMIT not confirmed: {reason}")
                     continue
                 self.counts[link.index] = self.counts.get(link.index, 0) + len(link.pending)
                 link.pending, link.tx = [], None

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import stomp
 
-from .connection import NodeUnavailable, close_connection, open_connection
+from .connection import HEARTBEAT_RECEIVE_SCALE, NodeUnavailable, close_connection, open_connection
 from .dialect import BrokerDialect, resolve_dialect
 from .nodes import Node
 from .options import ReadOptions
@@ -61,20 +61,47 @@ class NodeStatus:
 
 
 class _Receiver(stomp.ConnectionListener):
+    """stomp.py's callbacks for one connection (one ``generation``) of a subscription.
+
+    Remembers when the node last sent anything, so a loss can be told apart: stomp.py's
+    heart-beat thread closes the socket *before* it calls ``on_heartbeat_timeout``, and the
+    receiver thread usually reports ``on_disconnected`` first (measured: every stall in the
+    network-fault test was reported as "connection lost").
+    """
+
     def __init__(self, owner: "NodeSubscription", generation: int) -> None:
         self.owner = owner
         self.generation = generation
+        self.last_frame = time.monotonic()
+
+    def _reason(self, default: str) -> str:
+        silent = time.monotonic() - self.last_frame
+        heartbeat_s = self.owner.options.connection.heartbeat_ms / 1000
+        if heartbeat_s and silent >= 0.95 * heartbeat_s * HEARTBEAT_RECEIVE_SCALE:
+            return f"heart-beat timeout: nothing received for {silent:.1f} s"
+        return default
+
+    def on_connected(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+
+    def on_heartbeat(self) -> None:
+        self.last_frame = time.monotonic()
+
+    def on_receipt(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
 
     def on_message(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
         self.owner._on_message(frame, self.generation)
 
     def on_disconnected(self) -> None:
-        self.owner._on_lost(self.generation, "connection lost")
+        self.owner._on_lost(self.generation, self._reason("connection lost"))
 
     def on_heartbeat_timeout(self) -> None:
-        self.owner._on_lost(self.generation, "heart-beat timeout")
+        self.owner._on_lost(self.generation, self._reason("heart-beat timeout"))
 
     def on_error(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
         message = frame.headers.get("message", "ERROR frame")
         log.error("node %s sent ERROR: %s", self.owner.node.name, message)
         self.owner._note_error(message)
@@ -114,6 +141,7 @@ class NodeSubscription:
         self.last_error: str | None = None
         self.last_arrival = time.monotonic()
         self.last_connected = 0.0
+        self.lost_at: float | None = None
 
     # ------------------------------------------------------------------ connection
     def connect_once(self) -> None:
@@ -190,6 +218,10 @@ class NodeSubscription:
                             self.node.name, self.options.connection.reconnect.max_delay_s, exc)
                 continue
             self.reconnects += 1
+            # WARNING like the loss itself, so the default log shows both ends of an outage.
+            down_s = time.monotonic() - self.lost_at if self.lost_at is not None else 0.0
+            log.warning("reconnected to node %s after %.1f s (reconnect %d)",
+                        self.node.name, down_s, self.reconnects)
             next_delay = self.options.connection.reconnect.delays()
 
     def _note_error(self, message: str) -> None:
@@ -201,6 +233,7 @@ class NodeSubscription:
             if generation != self._generation or not self._connected:
                 return
             self._connected = False
+            self.lost_at = time.monotonic()
             conn, self._conn = self._conn, None
             dropped = self._drop_unreserved()
             self._lock.notify_all()

@@ -20,6 +20,7 @@ from .fetch import ARTEMIS_VERSION, ensure_distribution
 from .flavor import BrokerFlavor, Progress
 from .state import ClusterState, NodeState
 from .templates import load_template, render, write_file, xml_attr
+from .tls import keystore_password
 
 HEAP_MIN = "128m"
 HEAP_MAX = "512m"
@@ -76,6 +77,21 @@ def properties_escape(value: str) -> str:
     return "".join(out)
 
 
+def _stomp_tls_params(cluster: ClusterState) -> str:
+    """Extra STOMP acceptor parameters for a TLS cluster (``;sslEnabled=true;...``), else empty."""
+    if not cluster.tls:
+        return ""
+    if not cluster.keystore:
+        raise ValueError("TLS cluster without a keystore in its state")
+    params = {
+        "sslEnabled": "true",
+        "keyStorePath": cluster.keystore,
+        "keyStorePassword": keystore_password(cluster.password),
+        "keyStoreType": "PKCS12",
+    }
+    return xml_attr("".join(f";{key}={value}" for key, value in params.items()))
+
+
 class ArtemisFlavor(BrokerFlavor):
     """ActiveMQ Artemis symmetric cluster over static connectors."""
 
@@ -114,6 +130,7 @@ class ArtemisFlavor(BrokerFlavor):
                 "cluster_password": xml_attr(cluster_password(cluster.password)),
                 "peer_port": node.peer_port,
                 "stomp_port": node.stomp_port,
+                "stomp_tls": _stomp_tls_params(cluster),
                 "max_frame_size": MAX_FRAME_SIZE,
                 "peer_connectors": peer_connectors,
                 "cluster_connections": cluster_connections,

@@ -20,6 +20,7 @@ from .fetch import CLASSIC_VERSION, ensure_distribution
 from .flavor import BrokerFlavor, Progress
 from .state import ClusterState, NodeState
 from .templates import load_template, render, write_file, xml_attr
+from .tls import keystore_password
 
 HEAP_MIN = "256m"
 HEAP_MAX = "512m"
@@ -77,6 +78,21 @@ def java_executable() -> str:
     return found
 
 
+def _ssl_context(cluster: ClusterState) -> str:
+    """The ``<sslContext>`` element for a TLS cluster; empty text otherwise."""
+    if not cluster.tls:
+        return ""
+    if not cluster.keystore:
+        raise ValueError("TLS cluster without a keystore in its state")
+    return render(
+        load_template("classic", "ssl-context.xml.tmpl"),
+        {
+            "keystore_url": xml_attr(Path(cluster.keystore).as_uri()),
+            "keystore_password": xml_attr(keystore_password(cluster.password)),
+        },
+    ).rstrip("\n")
+
+
 class ClassicFlavor(BrokerFlavor):
     """ActiveMQ Classic network of brokers, full mesh over OpenWire."""
 
@@ -122,6 +138,8 @@ class ClassicFlavor(BrokerFlavor):
                 "temp_limit": TEMP_LIMIT,
                 "openwire_port": node.peer_port,
                 "stomp_port": node.stomp_port,
+                "stomp_scheme": "stomp+nio+ssl" if cluster.tls else "stomp+nio",
+                "ssl_context": _ssl_context(cluster),
                 "max_frame_size": MAX_FRAME_SIZE,
             },
         )

@@ -21,11 +21,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..nodes import Node, format_nodes
+from ..nodes import Node, TlsSettings, format_nodes
 from . import process
 from .flavor import BrokerFlavor, Progress, get_flavor
 from .ports import HOST, node_ports
 from .state import STATE_FILE, ClusterState, NodeState
+from .tls import TLS_DIR, generate_cluster_tls, keystore_password
 
 DEFAULT_USERNAME = "clustermq"
 READY_TIMEOUT = 90.0
@@ -81,8 +82,27 @@ class LocalCluster:
         return self.node_dir(index) / "broker.log"
 
     def nodes(self) -> tuple[Node, ...]:
-        """The STOMP endpoints of all nodes, in node order."""
-        return tuple(Node(host=n.host, port=n.stomp_port) for n in self.state().nodes)
+        """The STOMP endpoints of all nodes, in node order.
+
+        On a TLS cluster they are ``stomp+ssl`` nodes that trust the cluster's CA, so the depth
+        probe and the load generator can use them as they are.
+        """
+        state = self.state()
+        tls = TlsSettings(ca_file=state.ca_file) if state.tls else None
+        return tuple(
+            Node(host=n.host, port=n.stomp_port, ssl=state.tls, tls=tls) for n in state.nodes
+        )
+
+    @property
+    def tls(self) -> bool:
+        """Whether the nodes speak STOMP over TLS (``up(tls=True)``)."""
+        return self.state().tls
+
+    @property
+    def ca_file(self) -> str | None:
+        """The PEM file of the CA that signed the brokers' certificate (option ``sslCaFile``)."""
+        state = self.state()
+        return state.ca_file if state.tls else None
 
     @property
     def brokers(self) -> str:
@@ -142,8 +162,13 @@ class LocalCluster:
         password: str | None = None,
         timeout: float = READY_TIMEOUT,
         progress: Progress | None = None,
+        tls: bool = False,
     ) -> list[Node]:
         """Create and start a fresh cluster; return once every node accepts STOMP logins.
+
+        With ``tls`` a new CA and a broker certificate signed by it are made in ``DIR/tls``
+        (:mod:`.tls`, with keytool) and every node's STOMP port speaks only TLS; ``ca_file`` is
+        then the CA to trust and ``brokers`` lists ``stomp+ssl://`` nodes.
 
         Previous node directories in ``dir`` are wiped (a new cluster has new ports and a new
         password). When the flavor can report bridge state, also waits until every node is
@@ -182,6 +207,12 @@ class LocalCluster:
                     for i, (stomp, peer) in enumerate(ports)
                 ],
             )
+            if tls:
+                say("generating a CA and a broker certificate with keytool")
+                files = generate_cluster_tls(self.dir / TLS_DIR, keystore_password(state.password))
+                state.tls, state.ca_file, state.keystore = True, str(files.ca_pem), str(files.keystore)
+            else:
+                shutil.rmtree(self.dir / TLS_DIR, ignore_errors=True)
             state.save(self.dir)
             started = time.monotonic()
             try:
@@ -300,7 +331,8 @@ class LocalCluster:
     def _check_dir_usable(self) -> None:
         """Refuse to take over a non-empty directory that is not a cluster directory."""
         if self.dir.exists() and not self.exists:
-            stray = [p.name for p in self.dir.iterdir() if not _NODE_DIR.fullmatch(p.name) and p.name != ".lock"]
+            stray = [p.name for p in self.dir.iterdir()
+                     if not _NODE_DIR.fullmatch(p.name) and p.name not in (".lock", TLS_DIR)]
             if stray:
                 raise RuntimeError(
                     f"{self.dir} is not empty and holds no {STATE_FILE}; refusing to use it "

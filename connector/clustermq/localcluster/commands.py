@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from ..depth import format_depth_table, queue_depths
-from ..nodes import parse_nodes
+from ..nodes import Node
+from ..options import parse_connection_options
 from .cluster import LocalCluster
 from .paths import default_cluster_dir
 
@@ -46,10 +47,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             base_port=args.base_port,
             timeout=args.timeout,
             progress=_say,
+            tls=args.tls,
         )
     except (NotImplementedError, ValueError, RuntimeError, OSError) as exc:
         return _error(str(exc))
     print(f"cluster directory: {cluster.dir}")
+    if cluster.ca_file:
+        print(f"CA certificate (option sslCaFile): {cluster.ca_file}")
     print(cluster.brokers, flush=True)
     return 0
 
@@ -61,6 +65,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _error(f"no local cluster in {cluster.dir}")
     rows = cluster.status()
     print(f"cluster {cluster.dir} ({cluster.flavor}); brokers={cluster.brokers}")
+    if cluster.ca_file:
+        print(f"CA certificate (option sslCaFile): {cluster.ca_file}")
     print(f"{'node':<6} {'name':<8} {'stomp':<22} {'peer':>6} {'pid':>8}  state")
     for row in rows:
         state = "ready" if row["ready"] else ("running, " + row["detail"] if row["running"] else "down")
@@ -139,12 +145,25 @@ def brokers_for(args: argparse.Namespace) -> str:
     return cluster.brokers
 
 
+def nodes_for(args: argparse.Namespace) -> tuple[Node, ...]:
+    """The nodes of ``--brokers`` (TLS settings from ``--ssl-ca-file``), else the local cluster's.
+
+    The local cluster's nodes carry its CA, so ``depth --dir`` works on a TLS cluster as is.
+    """
+    brokers = brokers_for(args)
+    if not getattr(args, "brokers", None):
+        return _cluster(args).nodes()
+    raw = {"brokers": brokers, "queue": "unused"}
+    if getattr(args, "ssl_ca_file", None):
+        raw["sslcafile"] = args.ssl_ca_file
+    return parse_connection_options(raw).nodes
+
+
 def cmd_depth(args: argparse.Namespace) -> int:
     """Per-node depth of a queue and the total; exit 1 if some node did not answer."""
     try:
-        brokers = brokers_for(args)
         username, password = credentials_for(args)
-        nodes = parse_nodes(brokers)
+        nodes = nodes_for(args)
         depths = queue_depths(nodes, args.queue, username, password, timeout=args.timeout)
     except (ValueError, RuntimeError) as exc:
         return _error(str(exc))
@@ -169,6 +188,9 @@ def add_cluster_parsers(subparsers: "argparse._SubParsersAction[argparse.Argumen
     up.add_argument("--base-port", type=int, default=None,
                     help="node i uses STOMP port P+10*i and peer port P+10*i+1 (default: free ports)")
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the cluster (default: 90)")
+    up.add_argument("--tls", action="store_true",
+                    help="STOMP over TLS only: generate a CA and broker certificate (keytool) in DIR/tls; "
+                         "nodes are stomp+ssl://, clients pass the printed CA file as sslCaFile")
     up.set_defaults(func=cmd_up)
 
     status = actions.add_parser("status", help="show the nodes of the local cluster")
@@ -197,6 +219,7 @@ def add_cluster_parsers(subparsers: "argparse._SubParsersAction[argparse.Argumen
     depth.add_argument("--username", help="login (default: the local cluster's)")
     depth.add_argument("--password", help="passcode (default: the local cluster's)")
     depth.add_argument("--dir", help=f"take brokers/credentials from this local cluster ({dir_help})")
+    depth.add_argument("--ssl-ca-file", help="CA (PEM) for stomp+ssl:// brokers given with --brokers")
     depth.add_argument("--timeout", type=float, default=10.0, help="seconds per node (default: 10)")
     depth.set_defaults(func=cmd_depth)
 

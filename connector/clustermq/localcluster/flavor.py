@@ -8,6 +8,7 @@ connected to its peers. ActiveMQ Classic and Artemis are the flavors.
 
 from __future__ import annotations
 
+import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +41,10 @@ class BrokerFlavor(ABC):
 
     def probe_ready(self, cluster: ClusterState, node: NodeState, timeout: float) -> ProbeResult:
         """Whether the node accepts a STOMP CONNECT with the cluster credentials."""
-        return stomp_connect(node.host, node.stomp_port, cluster.username, cluster.password, timeout)
+        return stomp_connect(
+            node.host, node.stomp_port, cluster.username, cluster.password, timeout,
+            tls=client_tls_context(cluster),
+        )
 
     def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:
         """Names of the peers this node currently forwards to, judged from its log since start.
@@ -48,6 +52,13 @@ class BrokerFlavor(ABC):
         ``None`` means the flavor cannot tell; the harness then skips waiting for the mesh.
         """
         return None
+
+
+def client_tls_context(cluster: ClusterState) -> ssl.SSLContext | None:
+    """A client context that trusts the cluster's CA (host names verified); ``None`` without TLS."""
+    if not cluster.tls:
+        return None
+    return ssl.create_default_context(cafile=cluster.ca_file)
 
 
 def get_flavor(name: str) -> BrokerFlavor:

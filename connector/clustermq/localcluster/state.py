@@ -41,6 +41,11 @@ class ClusterState:
     password: str
     nodes: list[NodeState] = field(default_factory=list)
     format: int = FORMAT_VERSION
+    # STOMP over TLS (``cluster up --tls``): the CA clients pass as ``sslCaFile`` and the brokers'
+    # PKCS12 keystore. Its password is derived from ``password``, never stored on its own.
+    tls: bool = False
+    ca_file: str | None = None
+    keystore: str | None = None
 
     def save(self, directory: Path) -> None:
         """Atomically write ``directory/cluster.json`` with mode 600."""

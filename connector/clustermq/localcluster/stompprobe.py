@@ -9,6 +9,7 @@ CONNECTED is exactly "this node accepts STOMP clients", and needs nothing but a 
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -23,9 +24,18 @@ class ProbeResult:
 
 
 def stomp_connect(
-    host: str, port: int, username: str | None, password: str | None, timeout: float = 2.0
+    host: str,
+    port: int,
+    username: str | None,
+    password: str | None,
+    timeout: float = 2.0,
+    tls: ssl.SSLContext | None = None,
 ) -> ProbeResult:
-    """Send one STOMP 1.2 CONNECT and report whether the broker answered CONNECTED."""
+    """Send one STOMP 1.2 CONNECT and report whether the broker answered CONNECTED.
+
+    With ``tls`` the socket is wrapped first (server name ``host``), so a probe of a TLS node
+    also proves that its certificate verifies against the cluster's CA.
+    """
     headers = ["accept-version:1.2", f"host:{host}", "heart-beat:0,0"]
     # CONNECT headers are not escaped in STOMP 1.2, so a credential with a newline cannot be sent.
     if username is not None:
@@ -35,7 +45,14 @@ def stomp_connect(
     frame = ("CONNECT\n" + "\n".join(headers) + "\n\n\x00").encode()
     deadline = time.monotonic() + timeout
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        raw = socket.create_connection((host, port), timeout=timeout)
+        try:
+            # wrap_socket takes over the file descriptor: closing ``sock`` closes it.
+            sock = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
+        except BaseException:
+            raw.close()
+            raise
+        with sock:
             sock.sendall(frame)
             data = b""
             while b"\x00" not in data:

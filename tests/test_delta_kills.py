@@ -1,0 +1,89 @@
+"""queue_to_delta under repeated driver crashes: SIGKILL at random moments, exact counts.
+
+Each crash lands somewhere in the batch cycle (planning, reading, the Delta commit, the window
+between the Delta commit and Spark's commit log, the acknowledgement), chosen by a seeded random
+delay after the run's latest committed batch. The seed is in every failure message, so a failing
+sequence of moments can be replayed with ``CLUSTERMQ_KILL_SEED``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from test_pipelines import batch_files, finish, job_env, start_job, tail
+from test_reader_faults import kill_group, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+MESSAGES = int(os.environ.get("CLUSTERMQ_KILL_MESSAGES", "50000"))
+KILLS = int(os.environ.get("CLUSTERMQ_KILLS", "10"))
+BATCH = 2500
+
+
+# Classic only in the default suite: each crash costs a driver start (~15-20 s on 2 cores), so
+# ten of them on both flavors would take a third of the suite's budget. Classic is the harder
+# case (its bridges move a dead consumer's messages between nodes); Artemis gets the single
+# crash tests in test_pipelines/test_reader_faults.
+@pytest.mark.flavors("classic")
+def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    seed = int(os.environ.get("CLUSTERMQ_KILL_SEED", str(time.time_ns() % 100_000)))
+    rng = random.Random(seed)
+    queue = f"test.delta.kills.{uuid.uuid4().hex[:8]}"
+    broker.produce(queue, MESSAGES, size=256)
+    table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
+    base = ["--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
+            "--checkpoint", str(checkpoint), "--option", "replayTimeout=10000"]
+    if broker.flavor == "artemis":  # moved messages get a new message-id there (README)
+        base += ["--dedupe", "all", "--id-header", "loadgen_id"]
+    env = job_env(broker)
+
+    moments: list[str] = []
+    for kill in range(KILLS):
+        before = len(batch_files(checkpoint, "commits"))
+        proc = start_job("queue_to_delta.py",
+                         [*base, "--trigger", "processingTime=200 milliseconds",
+                          "--max-messages-per-trigger", str(BATCH)], env, log)
+        try:
+            # Progress between crashes: at least one more committed batch, then a random delay
+            # of up to about two batch durations picks the moment inside the cycle.
+            wait_for(lambda: len(batch_files(checkpoint, "commits")) > before
+                     or proc.poll() is not None, 240, f"a committed batch in run {kill}")
+            assert proc.poll() is None, f"seed {seed}: run {kill} exited:\n{tail(log)}"
+            delay = rng.uniform(0.0, 3.0)
+            time.sleep(delay)  # the fault's timing, not a synchronisation
+        finally:
+            kill_group(proc)
+        assert proc.returncode == -signal.SIGKILL, f"seed {seed}: run {kill} ended by itself"
+        moments.append(f"+{delay:.2f}s after batch {len(batch_files(checkpoint, 'commits')) - 1}")
+
+    proc = start_job("queue_to_delta.py",
+                     [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "10000"],
+                     env, log)
+    assert finish(proc, 600, log) == 0, f"seed {seed}:\n{tail(log)}"
+
+    rows = spark.read.format("delta").load(str(table))
+    counts = rows.agg(
+        F.count("*").alias("rows"),
+        F.countDistinct(F.col("headers")["loadgen_id"]).alias("ids"),
+        F.countDistinct("message_id").alias("message_ids"),
+        F.min(F.col("headers")["loadgen_id"].cast("int")).alias("lo"),
+        F.max(F.col("headers")["loadgen_id"].cast("int")).alias("hi"),
+    ).first()
+    context = f"seed {seed}, kills at {moments}"
+    assert (counts["rows"], counts["ids"]) == (MESSAGES, MESSAGES), (counts, context)
+    assert (counts["lo"], counts["hi"]) == (0, MESSAGES - 1), (counts, context)
+    if broker.flavor == "classic":
+        assert counts["message_ids"] == MESSAGES, (counts, context)
+    depths = broker.settled_depths(queue)
+    assert all(d == 0 for d in depths.values()), (depths, context)

@@ -1,0 +1,280 @@
+"""Network cuts that leave sockets open: one node behind a TCP proxy the test controls.
+
+Issue 7 item 3. Killing a broker closes its sockets, so the reader sees EOF at once; a real
+partition does not. Here node 1 is reached through :class:`tcpproxy.TcpProxy`, which can
+*stall* (forward nothing, close nothing: only STOMP heart-beats can tell) and *drop* (close the
+connections, refuse new ones). The other nodes are direct.
+
+The query runs in its own driver process (``spark_jobs/queue_to_parquet.py``) because the
+reader lives in a Python process that Spark's JVM starts: its log reaches the driver's stderr,
+which the test writes to a file and polls for the reader's ``lost node ...`` and
+``reconnected to node ...`` lines (subscription.py logs both at WARNING, the level Python shows
+without any logging set-up).
+
+Detection bound: stomp.py's heart-beat loop declares the connection dead when nothing was
+received for ``2.5 x heartbeat`` (connection.HEARTBEAT_RECEIVE_SCALE; both Classic and Artemis
+answer ``heart-beat:1000,1000`` to a client asking 1000,1000, so the negotiated interval is the
+option's). The loop sleeps exactly until that deadline, so detection comes at most 2.5 s after
+the last byte (measured: 2.45 s Classic, 2.48 s Artemis, in steady state). Exception: in the
+first 2.5 x heartbeat after CONNECTED stomp.py grants a grace period, so a connection younger
+than that can take up to 5 x heartbeat; the test stalls long after connecting. The margin added
+is for the driver log's path (reader stderr -> JVM -> file) and a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tcpproxy import TcpProxy
+from test_reader_faults import committed_batches, kill_group, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "queue_to_parquet.py"
+
+HEARTBEAT_MS = 1000
+RECEIVE_SCALE = 2.5  # connection.HEARTBEAT_RECEIVE_SCALE
+DETECTION_MARGIN_S = 1.5
+VICTIM = 1
+
+
+def start_driver(broker, brokers: str, queue: str, out: Path, checkpoint: Path, log: Path,
+                 max_per_trigger: int, options: dict[str, object]) -> subprocess.Popen:
+    username, password = broker.cluster.credentials
+    env = dict(os.environ, CLUSTERMQ_USERNAME=username, CLUSTERMQ_PASSWORD=password)
+    args = [sys.executable, str(JOB), "--brokers", brokers, "--queue", queue,
+            "--out", str(out), "--checkpoint", str(checkpoint),
+            "--trigger", "processingTime=200 milliseconds",
+            "--max-messages-per-trigger", str(max_per_trigger)]
+    for key, value in options.items():
+        args += ["--option", f"{key}={value}"]
+    return subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def committed_rows(out: Path) -> list[tuple[int, bool]]:
+    """``(loadgen_id, redelivered)`` of every row in files the sink's log has committed.
+
+    Read from ``_spark_metadata`` rather than by listing the folder: a running batch's files
+    exist before they are committed (and may be half written).
+    """
+    meta = out / "_spark_metadata"
+    paths: set[str] = set()
+    if meta.exists():
+        for entry in meta.iterdir():
+            if not entry.name.split(".")[0].isdigit():
+                continue
+            for line in entry.read_text().splitlines()[1:]:
+                if line.strip():
+                    record = json.loads(line)
+                    if record.get("action", "add") == "add":
+                        paths.add(record["path"].removeprefix("file://"))
+    rows: list[tuple[int, bool]] = []
+    for path in sorted(paths):
+        table = pq.read_table(path, columns=["headers", "redelivered"])
+        headers = table.column("headers").to_pylist()
+        redelivered = table.column("redelivered").to_pylist()
+        rows += [(int(dict(h)["loadgen_id"]), bool(r)) for h, r in zip(headers, redelivered)]
+    return rows
+
+
+class DriverLog:
+    """The driver's log file, and when each line of interest was first seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def text(self) -> str:
+        return self.path.read_text(errors="replace") if self.path.exists() else ""
+
+    def count(self, pattern: str) -> int:
+        return len(re.findall(pattern, self.text()))
+
+    def wait_count(self, pattern: str, count: int, timeout: float, proc: subprocess.Popen,
+                   what: str) -> float:
+        """Poll (every 50 ms) until ``pattern`` occurs ``count`` times; return when it did."""
+        wait_for(lambda: self.count(pattern) >= count or proc.poll() is not None, timeout, what,
+                 interval=0.05)
+        seen = time.monotonic()
+        assert proc.poll() is None, f"driver died waiting for {what}:\n{self.text()[-3000:]}"
+        return seen
+
+
+def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp_path: Path) -> None:
+    """Stall (sockets open), then drop: detection in bound, others deliver, nothing lost."""
+    queue = f"test.netcut.{uuid.uuid4().hex[:8]}"
+    nodes = list(broker.cluster.nodes())
+    out, checkpoint, log_path = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
+    log = DriverLog(log_path)
+    first, during, after_stall, during_drop, last = 4000, 1000, 1000, 500, 500
+    total = first + during + after_stall + during_drop + last
+    bound_s = HEARTBEAT_MS / 1000 * RECEIVE_SCALE + DETECTION_MARGIN_S
+
+    with TcpProxy(nodes[VICTIM].host, nodes[VICTIM].port) as proxy:
+        victim = proxy.address
+        brokers = ",".join(proxy.address if i == VICTIM else n.name for i, n in enumerate(nodes))
+        lost = rf"lost node {re.escape(victim)} \(([^)]*)\); (\d+) unplanned"
+        back = rf"reconnected to node {re.escape(victim)}"
+        broker.produce(queue, first, first_id=0)
+        proc = start_driver(
+            broker, brokers, queue, out, checkpoint, log_path, max_per_trigger=500,
+            options={"heartbeat": HEARTBEAT_MS, "initialReconnectDelay": 200,
+                     "maxReconnectDelay": 1000, "useExponentialBackOff": "false"})
+        try:
+            # Stall while the victim still has delivered, unacknowledged messages in flight:
+            # the backlog is 8 batches, and the connection is older than the stomp.py grace.
+            wait_for(lambda: committed_batches(checkpoint) >= 1 or proc.poll() is not None, 180,
+                     "a committed batch")
+            assert proc.poll() is None, log.text()[-3000:]
+            assert proxy.connections == 1 and proxy.forwarded_to_client > 0
+            assert len(committed_rows(out)) < first, "backlog drained before the cut"
+
+            # ---- stall: nothing moves, nothing closes
+            stalled_at = time.monotonic()
+            proxy.stall()
+            seen = log.wait_count(lost, 1, 30, proc, "the stalled node to be declared lost")
+            detection_s = seen - stalled_at
+            reason, given_back = re.findall(lost, log.text())[0]
+            print(f"\n[{broker.flavor}] stall detected after {detection_s:.2f} s "
+                  f"(bound {bound_s:.1f} s): {reason}; {given_back} messages given back")
+            assert reason.startswith("heart-beat timeout"), reason
+            assert detection_s <= bound_s, f"stall detected after {detection_s:.2f} s > {bound_s} s"
+            assert proxy.connections == 1, "the stall must not close the proxied sockets"
+
+            # the other nodes keep delivering while the victim is cut off
+            broker.produce(queue, during, first_id=first, nodes=[0, 2])
+            wanted = set(range(first, first + during))
+            wait_for(lambda: wanted <= {i for i, _ in committed_rows(out)} or proc.poll() is not None,
+                     120, "messages produced to the other nodes during the stall", interval=0.5)
+            assert proc.poll() is None, log.text()[-3000:]
+            refused_while_stalled = proxy.refused
+            assert refused_while_stalled > 0, "the reader did not try to reconnect while cut"
+            assert log.count(back) == 0
+
+            # ---- resume: the reader reconnects on its own
+            resumed_at = time.monotonic()
+            proxy.resume()
+            log.wait_count(back, 1, 30, proc, "the reader to reconnect after the stall")
+            print(f"[{broker.flavor}] reconnected {time.monotonic() - resumed_at:.2f} s after "
+                  f"resume ({refused_while_stalled} attempts refused while stalled)")
+            broker.produce(queue, after_stall, first_id=first + during)
+
+            # ---- drop: connections closed, new ones refused
+            wait_for(lambda: proxy.connections >= 1, 30, "a live proxied connection")
+            dropped_at = time.monotonic()
+            proxy.drop()
+            seen = log.wait_count(lost, 2, 30, proc, "the dropped node to be declared lost")
+            reason = re.findall(lost, log.text())[1][0]
+            print(f"[{broker.flavor}] drop detected after {seen - dropped_at:.2f} s: {reason}")
+            assert reason == "connection lost", reason
+            assert seen - dropped_at <= bound_s
+            broker.produce(queue, during_drop, first_id=first + during + after_stall, nodes=[0, 2])
+            wait_for(lambda: proxy.refused > refused_while_stalled, 30,
+                     "a refused reconnect attempt while dropped")
+            proxy.resume()
+            log.wait_count(back, 2, 30, proc, "the reader to reconnect after the drop")
+            broker.produce(queue, last, first_id=total - last)
+
+            wait_for(lambda: {i for i, _ in committed_rows(out)} >= set(range(total))
+                     or proc.poll() is not None, 240, "every message in the sink", interval=1.0)
+            assert proc.poll() is None, f"the query failed:\n{log.text()[-3000:]}"
+            depths = broker.wait_depth_zero(queue, timeout=60)
+            assert depths == {n.name: 0 for n in nodes}, depths
+            assert proc.poll() is None and "StreamingQueryException" not in log.text()
+        finally:
+            kill_group(proc)
+
+    rows = committed_rows(out)
+    ids = [i for i, _ in rows]
+    assert set(ids) == set(range(total)), f"missing {sorted(set(range(total)) - set(ids))[:20]}"
+    copies = Counter(ids)
+    duplicates = len(ids) - len(set(ids))
+    flagged = {i for i, redelivered in rows if redelivered}
+    unflagged_duplicates = sorted(i for i, n in copies.items() if n > 1 and i not in flagged)
+    others = [line for line in log.text().splitlines() if "lost node" in line and victim not in line]
+    print(f"[{broker.flavor}] losses of direct nodes (false alarms): {len(others)} {others}")
+    print(f"[{broker.flavor}] rows {len(rows)}, distinct {len(set(ids))}, duplicates {duplicates} "
+          f"({len(unflagged_duplicates)} without the flag), redelivered-flagged rows {len(flagged)}")
+    # Duplicates come only from batches planned on a connection that broke before their ACK:
+    # at most one prefetch window (2 x maxMessagesPerTrigger) per cut.
+    assert duplicates <= 2 * (2 * 500), duplicates
+    if broker.flavor == "classic":
+        # a message seen twice carries redelivered=true on a copy (which copy comes first in
+        # file order is arbitrary). Artemis re-ids a message it redistributes to another node
+        # and drops the flag (README, "Artemis re-ids moved messages"): not asserted there.
+        assert not unflagged_duplicates, f"duplicates without redelivered=true: {unflagged_duplicates[:20]}"
+
+
+def test_broker_redelivers_what_a_stalled_consumer_held(broker) -> None:
+    """What the broker does on its own when a consumer's network stalls: how long until the
+    messages delivered (not acknowledged) on the stalled connection go to another consumer.
+
+    This is the delay before the reader's given-back messages can come back after a stall; it
+    is the broker's heart-beat check, not the connector's. Expected from the brokers: Classic
+    closes a STOMP connection that sent nothing for the promised interval (checked every
+    interval), Artemis after its TTL (2 x heart-beat, checked every 2 s). Measured with a 1 s
+    heart-beat: about 3 s on both.
+    """
+    import stomp
+
+    from clustermq.connection import close_connection, open_connection
+    from clustermq.options import parse_connection_options
+
+    queue = f"test.redeliver.{uuid.uuid4().hex[:8]}"
+    node = broker.cluster.nodes()[VICTIM]
+    username, password = broker.cluster.credentials
+    broker.produce(queue, 50, nodes=[VICTIM])
+    destination = broker.destination(queue)
+    extra = {"activemq.prefetchSize": "20"} if broker.flavor == "classic" else {
+        "destination-type": "ANYCAST", "consumer-window-size": "4096"}
+
+    class Collect(stomp.ConnectionListener):
+        def __init__(self) -> None:
+            self.frames: list[tuple[float, str, str]] = []
+
+        def on_message(self, frame) -> None:  # type: ignore[no-untyped-def]
+            self.frames.append((time.monotonic(), frame.headers.get("loadgen_id", ""),
+                                frame.headers.get("redelivered", "false")))
+
+    def options(address: str):  # type: ignore[no-untyped-def]
+        return parse_connection_options({"brokers": address, "queue": queue, "username": username,
+                                         "password": password, "heartbeat": str(HEARTBEAT_MS)})
+
+    with TcpProxy(node.host, node.port) as proxy:
+        held = Collect()
+        conn, _ = open_connection(options(proxy.address).nodes[0], options(proxy.address), held)
+        other = None
+        try:
+            conn.subscribe(destination=destination, id="held", ack="client", headers=extra)
+            wait_for(lambda: len(held.frames) > 0, 30, "deliveries on the proxied connection")
+            time.sleep(HEARTBEAT_MS / 1000 * RECEIVE_SCALE)  # past stomp.py's start-up grace
+            in_flight = {i for _, i, _ in held.frames}
+            stalled_at = time.monotonic()
+            proxy.stall()
+            fresh = Collect()
+            other, _ = open_connection(node, options(node.name), fresh)
+            other.subscribe(destination=destination, id="other", ack="auto",
+                            headers={k: v for k, v in extra.items() if k == "destination-type"})
+            wait_for(lambda: in_flight <= {i for _, i, _ in fresh.frames}, 30,
+                     "the stalled consumer's messages at another consumer", interval=0.05)
+            back_at = max(t for t, i, _ in fresh.frames if i in in_flight)
+            redelivery_s = back_at - stalled_at
+            print(f"\n[{broker.flavor}] broker redelivered {len(in_flight)} messages held by a "
+                  f"stalled consumer {redelivery_s:.2f} s after the stall (heart-beat {HEARTBEAT_MS} ms)")
+            assert all(r == "true" for _, i, r in fresh.frames if i in in_flight)
+            assert redelivery_s <= 4 * HEARTBEAT_MS / 1000 + 2.0
+            wait_for(lambda: len({i for _, i, _ in fresh.frames} | in_flight) == 50, 30, "every message")
+        finally:
+            close_connection(other)
+            close_connection(conn)
