@@ -272,7 +272,8 @@ def test_broker_redelivers_what_a_stalled_consumer_held(broker) -> None:
             redelivery_s = back_at - stalled_at
             print(f"\n[{broker.flavor}] broker redelivered {len(in_flight)} messages held by a "
                   f"stalled consumer {redelivery_s:.2f} s after the stall (heart-beat {HEARTBEAT_MS} ms)")
-            assert all(r == "true" for _, i, r in fresh.frames if i in in_flight)
+            if broker.flavor == "classic":  # Artemis: not always flagged (README, Flavors)
+                assert all(r == "true" for _, i, r in fresh.frames if i in in_flight)
             assert redelivery_s <= 4 * HEARTBEAT_MS / 1000 + 2.0
             wait_for(lambda: len({i for _, i, _ in fresh.frames} | in_flight) == 50, 30, "every message")
         finally:

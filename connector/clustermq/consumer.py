@@ -76,6 +76,14 @@ class ClusterConsumer:
         ]
         self._started = False
         self._all_down_since: float | None = None
+        # the last arrival after which AvailableNow resubscribed (once per quiet period)
+        self._resubscribed_after: float | None = None
+
+    def _stall_after_s(self) -> float:
+        """Quiet time after which AvailableNow suspects a dispatch stall: a third of
+        ``availableNowIdleTimeout`` (at most 3 s), so the fresh subscriptions still have the
+        rest of the idle timeout to deliver."""
+        return min(3.0, self.options.available_now_idle_timeout_s / 3)
 
     @property
     def node_names(self) -> list[str]:
@@ -199,7 +207,19 @@ class ClusterConsumer:
         received = self.arrivals_so_far()
         if received >= target.limit:
             return False
-        idle = time.monotonic() - max(s.last_arrival for s in self.subscriptions)
+        last_arrival = max(s.last_arrival for s in self.subscriptions)
+        idle = time.monotonic() - last_arrival
+        if idle > self._stall_after_s() and self._resubscribed_after != last_arrival:
+            # The backlog is not read yet and nothing arrives: kick nodes that may be stalled.
+            self._resubscribed_after = last_arrival
+            kicked = [s.node.name for s in self.subscriptions if s.resubscribe(
+                f"no delivery for {idle:.1f} s while AvailableNow has {target.limit - received} "
+                "messages to read; resubscribing")]
+            if kicked:
+                log.warning("clustermq: AvailableNow idle for %.1f s with %d of %d messages read; "
+                            "resubscribed on %s (a consumer that connects afresh gets "
+                            "messages a stalled node holds back)", idle, received, target.limit,
+                            ", ".join(kicked))
         if idle > self.options.available_now_idle_timeout_s:
             with self._target_lock:
                 log.info(

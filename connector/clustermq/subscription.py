@@ -233,6 +233,7 @@ class NodeSubscription:
             if generation != self._generation or not self._connected:
                 return
             self._connected = False
+            self._generation += 1  # frames still in flight on the old connection are late
             self.lost_at = time.monotonic()
             conn, self._conn = self._conn, None
             dropped = self._drop_unreserved()
@@ -243,6 +244,21 @@ class NodeSubscription:
         self._lost.set()
         if conn is not None:
             threading.Thread(target=close_connection, args=(conn,), daemon=True).start()
+
+    def resubscribe(self, reason: str) -> bool:
+        """Re-open this node's connection if it holds nothing Spark still needs; True if it did.
+
+        A Classic network of brokers sometimes stops dispatching to a consumer that has room
+        while the node still holds messages (docs/design.md, "Dispatch stalls"); a consumer
+        that connects afresh gets them at once. Only done when every delivered message was
+        acknowledged, so it cannot produce a duplicate.
+        """
+        with self._lock:
+            if not self._connected or self._messages or self._unnumbered:
+                return False
+            generation = self._generation
+        self._on_lost(generation, reason)
+        return True
 
     def _drop_unreserved(self) -> int:
         dropped = len(self._unnumbered)
@@ -277,16 +293,18 @@ class NodeSubscription:
             arrival=next(self._arrivals),
         )
         with self._lock:
-            if generation != self._generation:
-                return  # a late frame of a lost connection: the broker redelivers it
-            if self.next_seq is None:
-                self._unnumbered.append(message)
-            else:
-                message.seq = self.next_seq
-                self.next_seq += 1
-                self._messages.append(message)
-            self.last_arrival = time.monotonic()
-            self._lock.notify_all()
+            late = generation != self._generation
+            if not late:
+                if self.next_seq is None:
+                    self._unnumbered.append(message)
+                else:
+                    message.seq = self.next_seq
+                    self.next_seq += 1
+                    self._messages.append(message)
+                self.last_arrival = time.monotonic()
+                self._lock.notify_all()
+        if late:  # a frame of a dropped connection: the broker redelivers it, count it again
+            self._on_dropped(1)
 
     def set_base(self, start: int) -> None:
         """Number the stream from ``start`` (the first offset Spark names for this node)."""
