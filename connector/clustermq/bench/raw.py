@@ -1,8 +1,9 @@
 """The baseline: plain stomp.py consumers, one per node, with no Spark in the way.
 
 The read benchmark quotes the connector as a ratio of this rate, so it must be an honest best
-case for the same work: client acknowledgement (cumulative, every ``ack_every`` messages, like
-the connector's one ACK per node per batch), the same prefetch, the same persistent backlog.
+case for the same work: client acknowledgement (cumulative, every ``ack_every`` messages and whenever deliveries pause,
+like the connector's one ACK per node per batch), the same prefetch, the same persistent
+backlog.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class DrainResult:
         return sum(self.per_node.values())
 
 
+#: a pause in deliveries after which the raw consumer acknowledges what it holds
+_QUIET_S = 0.1
+
+
 class _Counter(stomp.ConnectionListener):
     """Counts deliveries and keeps the ack id of every ``ack_every``-th for the main thread."""
 
@@ -41,6 +46,7 @@ class _Counter(stomp.ConnectionListener):
         self.last_ack: str | None = None
         self.pending: list[str] = []
         self.unacked: list[str] = []
+        self.last_arrival = time.monotonic()
         self.cond = threading.Condition()
 
     def on_message(self, frame: stomp.utils.Frame) -> None:
@@ -49,10 +55,25 @@ class _Counter(stomp.ConnectionListener):
             self.last_ack = frame.headers.get("ack")
             if self.last_ack:
                 self.unacked.append(self.last_ack)
+            self.last_arrival = time.monotonic()
             if self.count % self.ack_every == 0:
                 self.pending.extend(self.unacked)
                 self.unacked = []
             self.cond.notify_all()
+
+    def flush_if_quiet(self, quiet_s: float) -> None:
+        """Hand over the unacknowledged rest when deliveries paused for ``quiet_s``.
+
+        Measured on the Classic network with 1,000 groups: consumers that ACK only every
+        1,000th message stall for good (3,344 of 20,000 read, then nothing), because the
+        brokers hold back grouped messages until earlier ones are acknowledged; with an ACK
+        on every pause they drain all 20,000. The reader does the same implicitly: a batch
+        takes what has arrived, and its commit acknowledges it.
+        """
+        with self.cond:
+            if self.unacked and time.monotonic() - self.last_arrival >= quiet_s:
+                self.pending.extend(self.unacked)
+                self.unacked = []
 
 
 def raw_drain(
@@ -88,6 +109,7 @@ def raw_drain(
                     headers=dialect.subscribe_headers(prefetch, 1 << 26),
                 )
                 while not done.is_set():
+                    counter.flush_if_quiet(_QUIET_S)
                     with counter.cond:
                         counter.cond.wait(0.2)
                         pending, counter.pending = counter.pending, []
