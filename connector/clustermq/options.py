@@ -56,7 +56,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("connectTimeout", "10000", "Milliseconds to wait for a node's CONNECTED frame.", "both"),
     OptionSpec("heartbeat", "10000", "STOMP heart-beat interval in milliseconds, both directions (0 disables); a node silent for 2.5 times this is declared lost.", "both"),
     OptionSpec("noNodeTimeout", "120000", "The query fails when no node has been reachable for this many milliseconds.", "read"),
-    OptionSpec("availableNowIdleTimeout", "10000", "Trigger.AvailableNow: stop waiting for the backlog measured at start when no message arrived for this many milliseconds (competing consumers took the rest).", "read"),
+    OptionSpec("availableNowIdleTimeout", "10000", "Trigger.AvailableNow: stop waiting for the backlog measured at start when, with every message received already planned, no message arrived for this many milliseconds (competing consumers took the rest); after a third of it (at most 3 s) nodes are resubscribed once, see docs/design.md.", "read"),
     OptionSpec("replayTimeout", "60000", "Milliseconds a replayed batch waits for the brokers to redeliver its messages after a restart.", "read"),
     OptionSpec("loadBalancingPolicy", "roundRobin", "Writer: how a task picks the node for rows without a group id: `roundRobin` (task i of a job to node start + i), `random` (per task), `randomSticky` (one random node per job or streaming query), `firstElement` (the first listed node). Rows with a group id always go to the node their group hashes to.", "write"),
     OptionSpec("persistent", "true", "Writer: send messages persistent (`persistent:true`), so they survive a broker restart.", "write"),
