@@ -10,14 +10,13 @@ to be transformed to XML/JSON for STOMP clients.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 
 from . import process
 from .fetch import CLASSIC_VERSION, ensure_distribution
 from .flavor import BrokerFlavor, Progress
+from .paths import jdk_tool
 from .state import ClusterState, NodeState
 from .templates import load_template, render, write_file, xml_attr
 from .tls import keystore_password
@@ -69,10 +68,7 @@ _BRIDGE_DOWN_NAME = re.compile(
 
 def java_executable() -> str:
     """``$JAVA_HOME/bin/java`` when set, else ``java`` from PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
+    found = jdk_tool("java")
     if found is None:
         raise RuntimeError("no 'java' on PATH and JAVA_HOME is not set: ActiveMQ needs Java 11+")
     return found

@@ -8,6 +8,7 @@ the same cache and the same ``conf/`` templates wherever they are started from.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 CACHE_ENV = "CLUSTERMQ_CACHE"
@@ -52,3 +53,14 @@ def conf_dir() -> Path:
             "package installed editable from its repository (pip install -e .)"
         )
     return root / "conf"
+
+
+def jdk_tool(name: str) -> str | None:
+    """``$JAVA_HOME/bin/<name>`` when set, else ``<name>`` from PATH; ``None`` when neither.
+
+    The brokers (``java``) and the TLS set-up (``keytool``) must use the same JDK.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / name).is_file():
+        return str(Path(java_home) / "bin" / name)
+    return shutil.which(name)

@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import jdk_tool
+
 TLS_DIR = "tls"
 VALIDITY_DAYS = 825
 KEY_SIZE = 2048
@@ -70,10 +72,7 @@ def keystore_password(cluster_password: str) -> str:
 
 def keytool_executable() -> str:
     """``$JAVA_HOME/bin/keytool`` when set, else ``keytool`` from PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "keytool").is_file():
-        return str(Path(java_home) / "bin" / "keytool")
-    found = shutil.which("keytool")
+    found = jdk_tool("keytool")
     if found is None:
         raise TlsSetupError("no 'keytool' on PATH and JAVA_HOME is not set: TLS needs a JDK")
     return found
