@@ -27,7 +27,7 @@ brokers: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic artemis
 
 test: setup
-	$(BIN)/python -m pytest -q --tb=short --basetemp=.cache/pytest
+	$(BIN)/python -m pytest -q --tb=short --durations=30 --basetemp=.cache/pytest
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_pipelines_units.py tests/test_readme.py

@@ -33,6 +33,7 @@ from clustermq.delta import DeltaJarsMissing, delta_session
 from clustermq.jobs import (
     JobConfigError,
     StreamProgress,
+    job_logging,
     measure_backlog,
     parse_key_values,
     reader_options,
@@ -144,6 +145,7 @@ def _drain(spark: Any, args: argparse.Namespace, backlog: int | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
+        job_logging()
         spark = delta_session("clustermq-export-backlog")
     except (JobConfigError, DeltaJarsMissing) as exc:
         print(f"export_backlog: error: {exc}", file=sys.stderr)

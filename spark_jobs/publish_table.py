@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from clustermq.delta import DeltaJarsMissing, delta_session
-from clustermq.jobs import JobConfigError, credentials_from_env, parse_key_values
+from clustermq.jobs import JobConfigError, credentials_from_env, job_logging, parse_key_values
 
 FORMATS = ("delta", "parquet")
 
@@ -102,6 +102,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
+        job_logging()
         spark = delta_session("clustermq-publish-table")
     except (JobConfigError, DeltaJarsMissing) as exc:
         print(f"publish_table: error: {exc}", file=sys.stderr)

@@ -33,6 +33,7 @@ from clustermq.delta_sink import DEDUPE_SCOPES, BatchReport, start_queue_to_delt
 from clustermq.jobs import (
     JobConfigError,
     body_parse,
+    job_logging,
     load_config,
     merge_settings,
     parse_key_values,
@@ -118,6 +119,7 @@ def print_report(report: BatchReport) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
+        job_logging()
         spark = delta_session("clustermq-queue-to-delta")
     except (JobConfigError, DeltaJarsMissing) as exc:
         print(f"queue_to_delta: error: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from clustermq.jobs import job_logging
 from clustermq.session import local_session
 
 
@@ -34,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    job_logging()
     spark = local_session("clustermq-queue-to-parquet")
     reader = (
         spark.readStream.format("clustermq")

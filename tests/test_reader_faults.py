@@ -87,7 +87,13 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
             kill_group(proc)
 
     ids = ids_in(spark, out)
-    assert set(ids) == set(range(total)), f"missing {len(set(range(total)) - set(ids))}"
+    missing = set(range(total)) - set(ids)
+    if missing:
+        notes = [line for line in log.read_text().splitlines() if "clustermq" in line][-40:]
+        raise AssertionError(
+            f"missing {len(missing)} (e.g. {sorted(missing)[:5]}); depths now "
+            f"{broker.settled_depths(queue)}, dead letters {broker.depths('ActiveMQ.DLQ')}; "
+            "driver log:\n" + "\n".join(notes))
     duplicates = len(ids) - len(set(ids))
     rows = spark.read.parquet(str(out))
     # duplicates can only come from redelivery, and are flagged so sinks can drop them

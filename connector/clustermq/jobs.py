@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import logging
 import os
 import signal
 import sys
@@ -26,6 +27,19 @@ READER_OPTIONS_SECTION = "reader_options"
 
 class JobConfigError(ValueError):
     """A missing or malformed job setting; the message names the flag and the config key."""
+
+
+def job_logging(level: int = logging.INFO) -> None:
+    """Show the connector's own log lines (acknowledgements, AvailableNow progress, node
+    losses) on stderr: a job's operator needs them to tell a finished drain from an early end,
+    and Python drops INFO records when nothing is configured."""
+    logger = logging.getLogger("clustermq")
+    if not any(getattr(h, "_clustermq_job", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler._clustermq_job = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level)
 
 
 def credentials_from_env() -> dict[str, str]:
