@@ -190,7 +190,11 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
                      or proc.poll() is not None, 240, "every message in the sink", interval=1.0)
             assert proc.poll() is None, f"the query failed:\n{log.text()[-3000:]}"
             depths = broker.wait_depth_zero(queue, timeout=60)
-            assert depths == {n.name: 0 for n in nodes}, depths
+            if depths != {n.name: 0 for n in nodes}:
+                notes = [line for line in log.text().splitlines() if "clustermq" in line][-30:]
+                later = broker.wait_depth_zero(queue, timeout=90)
+                raise AssertionError(f"depths {depths} 60 s after every row was committed, "
+                                     f"{later} 90 s later; driver log:\n" + "\n".join(notes))
             assert proc.poll() is None and "StreamingQueryException" not in log.text()
         finally:
             kill_group(proc)

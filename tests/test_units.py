@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -173,3 +174,34 @@ def test_dialects() -> None:
     assert artemis.group_id({"_AMQ_GROUP_ID": "g2", "clustermq_group": "x"}, "clustermq_group") == "g2"
     sent = classic.send_headers("g3", "clustermq_group")
     assert sent["JMSXGroupID"] == sent["clustermq_group"] == "g3"
+
+
+@pytest.mark.parametrize(
+    ("level", "shown"),
+    [("INFO", ["info line", "warning line"]), ("warning", ["warning line"]),
+     ("", []), ("LOUD", [])],
+)
+def test_log_level_from_the_environment_reaches_a_fresh_process(level: str, shown: list[str]) -> None:
+    """A process Spark starts applies ``CLUSTERMQ_LOG_LEVEL`` once; unset or unknown leaves
+    logging alone (no handler, nothing but Python's last-resort warnings)."""
+    code = (
+        "import logging; from clustermq.logs import apply_log_level\n"
+        "apply_log_level(); apply_log_level()\n"
+        "log = logging.getLogger('clustermq.consumer')\n"
+        "log.info('info line'); log.warning('warning line')\n"
+        "print(len(logging.getLogger('clustermq').handlers))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CLUSTERMQ_LOG_LEVEL"}
+    if level:
+        env["CLUSTERMQ_LOG_LEVEL"] = level
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    handlers = int(done.stdout.strip())
+    assert handlers == (1 if shown else 0)
+    lines = [line for line in done.stderr.splitlines() if "line" in line]
+    if shown:
+        assert [line.rsplit(": ", 1)[1] for line in lines] == shown
+        assert all(" clustermq.consumer: " in line for line in lines)
+    else:  # the last-resort handler prints warnings bare
+        assert lines == ["warning line"]

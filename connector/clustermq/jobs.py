@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import configparser
-import logging
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from .logs import log_level_for_spark
 
 USERNAME_ENV = "CLUSTERMQ_USERNAME"
 PASSWORD_ENV = "CLUSTERMQ_PASSWORD"
@@ -29,17 +30,11 @@ class JobConfigError(ValueError):
     """A missing or malformed job setting; the message names the flag and the config key."""
 
 
-def job_logging(level: int = logging.INFO) -> None:
-    """Show the connector's own log lines (acknowledgements, AvailableNow progress, node
-    losses) on stderr: a job's operator needs them to tell a finished drain from an early end,
-    and Python drops INFO records when nothing is configured."""
-    logger = logging.getLogger("clustermq")
-    if not any(getattr(h, "_clustermq_job", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        handler._clustermq_job = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-    logger.setLevel(level)
+def job_logging() -> None:
+    """Show the connector's INFO lines (acknowledgements, AvailableNow progress, node losses)
+    on stderr, from the driver and from the processes Spark starts: a job's operator needs them
+    to tell a finished drain from an early end. ``CLUSTERMQ_LOG_LEVEL`` overrides the level."""
+    log_level_for_spark("INFO")
 
 
 def credentials_from_env() -> dict[str, str]:

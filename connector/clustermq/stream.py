@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .consumer import ClusterConsumer
+from .logs import apply_log_level
 from .offsets import NodeOffsets, make_offsets, parse_offsets
 from .options import ReadOptions
 from .partition_reader import MessagesPartition, plan_partitions, read_partition
@@ -45,6 +46,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._consumer: ClusterConsumer | None = None
+        apply_log_level()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -55,6 +55,7 @@ from pyspark.sql.types import (
 )
 
 from .load_balancing import group_node, job_key, task_node
+from .logs import apply_log_level
 from .options import OptionError, WriteOptions, _queue
 from .publisher import Outgoing, TaskPublisher
 from .staging import (
@@ -395,10 +396,12 @@ def write_task(
 
 # ---------------------------------------------------------------------------- driver side
 def _report(text: str, warning: bool = False) -> None:
-    """Log on the driver. Spark's Python workers configure no logging: then write to stderr,
-    which Spark forwards to the driver's log."""
+    """Log on the driver. Spark's Python workers configure no logging (unless
+    ``CLUSTERMQ_LOG_LEVEL`` is set, see logs.py): then write to stderr, which Spark forwards to
+    the driver's log."""
+    apply_log_level()
     log.log(logging.WARNING if warning else logging.INFO, text)
-    if not logging.getLogger().hasHandlers():
+    if not log.hasHandlers():
         print(f"clustermq: {text}", file=sys.stderr, flush=True)
 
 
