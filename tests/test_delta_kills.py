@@ -43,7 +43,9 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     broker.produce(queue, MESSAGES, size=256)
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
     base = ["--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
-            "--checkpoint", str(checkpoint), "--option", "replayTimeout=3000"]
+            "--checkpoint", str(checkpoint), "--option", "replayTimeout=3000",
+            # over a Classic bridge's rebuild time (test_reader_faults.start_driver)
+            "--option", "availableNowIdleTimeout=30000"]
     if broker.flavor == "artemis":  # moved messages get a new message-id there (README)
         base += ["--dedupe", "all", "--id-header", "loadgen_id"]
     env = job_env(broker)

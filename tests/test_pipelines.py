@@ -89,7 +89,9 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
     broker.produce(queue, total)
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
     base = ["--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
-            "--checkpoint", str(checkpoint), "--option", "replayTimeout=10000"]
+            "--checkpoint", str(checkpoint), "--option", "replayTimeout=10000",
+            # over a Classic bridge's rebuild time (test_reader_faults.start_driver)
+            "--option", "availableNowIdleTimeout=30000"]
     if broker.flavor == "artemis":
         # Artemis gives a message it moves to another node a new message-id and no redelivered
         # flag (measured: 292 of 400 unacknowledged messages came back that way): de-duplicate

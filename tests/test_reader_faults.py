@@ -38,7 +38,10 @@ def start_driver(broker, queue: str, out: Path, checkpoint: Path, trigger: str, 
     env = dict(os.environ, CLUSTERMQ_USERNAME=username, CLUSTERMQ_PASSWORD=password)
     args = [sys.executable, str(JOB), "--brokers", broker.cluster.brokers, "--queue", queue,
             "--out", str(out), "--checkpoint", str(checkpoint), "--trigger", trigger,
-            "--max-messages-per-trigger", "400", "--option", "replayTimeout=20000"]
+            "--max-messages-per-trigger", "400", "--option", "replayTimeout=20000",
+            # longer than a Classic bridge takes to be rebuilt (10 s inactivity + reconnect): a
+            # bridge that died with the driver holds its in-flight messages until then
+            "--option", "availableNowIdleTimeout=30000"]
     return subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 

@@ -30,6 +30,10 @@ MAX_FRAME_SIZE = 64 * 1024 * 1024
 # Peers retry a lost bridge with exponential back-off up to this delay: small, so a restarted node
 # rejoins the mesh within seconds instead of the default 30 s.
 MAX_RECONNECT_DELAY_MS = 2000
+# A bridge whose peer sent nothing (not even a keep-alive) for this long is closed and rebuilt;
+# OpenWire's default of 30 s kept messages in flight to a stuck bridge past an AvailableNow
+# drain's idle timeout (measured in CI; see activemq.xml.tmpl, allowLinkStealing).
+BRIDGE_INACTIVITY_MS = 10000
 
 # What bin/activemq passes on Java 9+: XStream (map-message transformation), JMX and the
 # console reflect into these JDK packages.
@@ -110,6 +114,7 @@ class ClassicFlavor(BrokerFlavor):
                     "peer_name": xml_attr(peer.name),
                     "peer_openwire_port": peer.peer_port,
                     "max_reconnect_delay_ms": MAX_RECONNECT_DELAY_MS,
+                    "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
                     "username": xml_attr(cluster.username),
                     "password": xml_attr(cluster.password),
                 },
@@ -137,6 +142,7 @@ class ClassicFlavor(BrokerFlavor):
                 "stomp_scheme": "stomp+nio+ssl" if cluster.tls else "stomp+nio",
                 "ssl_context": _ssl_context(cluster),
                 "max_frame_size": MAX_FRAME_SIZE,
+                "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
             },
         )
         write_file(conf / "activemq.xml", broker_xml)
