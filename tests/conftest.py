@@ -97,6 +97,23 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         local.down()
 
 
+@pytest.fixture(autouse=True)
+def _killed_nodes_restarted(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used the shared cluster, restart any node it left down.
+
+    A fault test that fails between killing a node and restarting it would otherwise leave the
+    session's cluster short of a node, and every later test of that flavor fails for that
+    reason alone (CI, session 11: one failed Artemis node test took five writer tests with it).
+    """
+    yield
+    if "cluster" not in request.fixturenames:
+        return
+    cluster = request.getfixturevalue("cluster")
+    for i in range(len(cluster.nodes())):
+        if not cluster.is_running(i):
+            cluster.start_node(i)
+
+
 class Broker:
     """Test-side helpers around the live cluster: produce, depth, reader options."""
 

@@ -128,8 +128,13 @@ def test_node_killed_and_restarted_mid_stream_loses_nothing(
         broker.cluster.kill_node(victim)
         # the others keep working while the node is down
         broker.produce(queue, 2000, first_id=3000, nodes=[0, 2])
-        wait_for(lambda: len(set(ids_in(spark, out)) & set(range(3000, 5000))) == 2000, 120,
-                 "messages produced while a node was down")
+        # Classic: all of them. Artemis: the survivors can route a message to the dead node's
+        # store-and-forward queue before they notice it is gone (ON_DEMAND keeps its remote
+        # binding until then; a clean-clone CI run waited 120 s for the last ones); those arrive
+        # after the restart, which the final check below requires. Half proves the rest work.
+        wanted = 2000 if broker.flavor == "classic" else 1000
+        wait_for(lambda: len(set(ids_in(spark, out)) & set(range(3000, 5000))) >= wanted, 120,
+                 f"{wanted} of the messages produced while a node was down")
         assert query.isActive and query.exception() is None
         broker.cluster.start_node(victim)
         broker.produce(queue, 1000, first_id=5000)
