@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tcpproxy import TcpProxy
-from test_reader_faults import committed_batches, kill_group, wait_for
+from test_reader_faults import committed_batches, connector_lines, kill_group, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -191,10 +191,10 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
             assert proc.poll() is None, f"the query failed:\n{log.text()[-3000:]}"
             depths = broker.wait_depth_zero(queue, timeout=60)
             if depths != {n.name: 0 for n in nodes}:
-                notes = [line for line in log.text().splitlines() if "clustermq" in line][-30:]
                 later = broker.wait_depth_zero(queue, timeout=90)
                 raise AssertionError(f"depths {depths} 60 s after every row was committed, "
-                                     f"{later} 90 s later; driver log:\n" + "\n".join(notes))
+                                     f"{later} 90 s later; driver log:\n"
+                                     + connector_lines(log.text(), 30))
             assert proc.poll() is None and "StreamingQueryException" not in log.text()
         finally:
             kill_group(proc)

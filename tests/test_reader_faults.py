@@ -28,6 +28,11 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval:
         time.sleep(interval)
 
 
+def connector_lines(text: str, last: int) -> str:
+    """The driver log's last ``last`` lines from the connector (logs.py), for a failure message."""
+    return "\n".join([line for line in text.splitlines() if "clustermq" in line][-last:])
+
+
 def committed_batches(checkpoint: Path) -> int:
     commits = checkpoint / "commits"
     return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
@@ -92,11 +97,10 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
     ids = ids_in(spark, out)
     missing = set(range(total)) - set(ids)
     if missing:
-        notes = [line for line in log.read_text().splitlines() if "clustermq" in line][-40:]
         raise AssertionError(
             f"missing {len(missing)} (e.g. {sorted(missing)[:5]}); depths now "
             f"{broker.settled_depths(queue)}, dead letters {broker.depths('ActiveMQ.DLQ')}; "
-            "driver log:\n" + "\n".join(notes))
+            "driver log:\n" + connector_lines(log.read_text(), 40))
     duplicates = len(ids) - len(set(ids))
     rows = spark.read.parquet(str(out))
     # duplicates can only come from redelivery, and are flagged so sinks can drop them
