@@ -103,6 +103,46 @@ def test_admission_control_by_messages_and_bytes(spark: SparkSession, broker, tm
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
+def test_a_node_delivers_a_full_batch_between_two_acknowledgements(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """The brokers deliver up to the prefetch while the reader holds its ACK until the commit.
+
+    Classic pages a queue in for dispatch 200 messages at a time by default, and only on events
+    such as an ACK: with one ACK per batch a node delivered a page or two per batch, whatever
+    ``maxMessagesPerTrigger`` allowed (docs/design.md, "the queue's page size"). A slow first
+    batch leaves time for every node to deliver its whole backlog; the next batch must take more
+    than two default pages per node.
+    """
+    queue = new_queue("pages")
+    total = 4500
+    broker.produce(queue, total)
+    out = tmp_path / "out"
+    sizes: list[int] = []
+
+    def slow_first_batch(batch: DataFrame, batch_id: int) -> None:
+        batch.write.mode("append").parquet(str(out))
+        sizes.append(batch.count())
+        if len(sizes) == 1:
+            time.sleep(5.0)  # the slow sink is the fault under test, not a synchronisation
+
+    query = (
+        spark.readStream.format("clustermq")
+        .options(**broker.reader_options(queue, maxMessagesPerTrigger=total))
+        .load().writeStream.foreachBatch(slow_first_batch)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(300), "AvailableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    assert sum(sizes) == total, sizes
+    assert sorted(loadgen_ids(spark.read.parquet(str(out)))) == list(range(total))
+    pages = 2 * 200 * len(broker.cluster.nodes())
+    assert max(sizes) > pages, (
+        f"batches {sizes}: after a 5 s first batch no batch took more than {pages} messages")
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
 def test_group_to_partition_is_stable_across_runs(spark: SparkSession, broker, tmp_path: Path) -> None:
     queue = new_queue("stable")
     placements: list[dict[str, int]] = []

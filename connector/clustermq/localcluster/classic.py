@@ -34,6 +34,10 @@ MAX_RECONNECT_DELAY_MS = 2000
 # OpenWire's default of 30 s kept messages in flight to a stuck bridge past an AvailableNow
 # drain's idle timeout (measured in CI; see activemq.xml.tmpl, allowLinkStealing).
 BRIDGE_INACTIVITY_MS = 10000
+# Messages a queue pages in per dispatch pass. Passes run on events such as an ACK, and the
+# reader ACKs once per committed batch: Classic's default of 200 capped a batch at a few hundred
+# messages per node (activemq.xml.tmpl has the measurement).
+MAX_PAGE_SIZE = 5000
 
 # What bin/activemq passes on Java 9+: XStream (map-message transformation), JMX and the
 # console reflect into these JDK packages.
@@ -143,6 +147,7 @@ class ClassicFlavor(BrokerFlavor):
                 "ssl_context": _ssl_context(cluster),
                 "max_frame_size": MAX_FRAME_SIZE,
                 "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
+                "max_page_size": MAX_PAGE_SIZE,
             },
         )
         write_file(conf / "activemq.xml", broker_xml)
