@@ -121,3 +121,15 @@ def test_staged_headers_become_final_headers() -> None:
     assert final["k"] == "v" and final["persistent"] == "true" and final["clustermq_id"] == "j:0:0:0"
     assert not {"message-id", "ack", "subscription", "clustermq_task", "clustermq_target", "expires"} & set(final)
     assert staging_queue("orders", "j", 2) == "clustermq.staging.orders.j.n2"
+
+
+def test_classic_names_a_header_value_outside_the_bmp_and_artemis_accepts_it() -> None:
+    from clustermq.dialect import ArtemisDialect
+
+    fine = {"a": "plain", "b": "é ü 中 \uffff", "c": ""}
+    assert ClassicDialect().header_value_problem(fine) is None
+    problem = ClassicDialect().header_value_problem({**fine, "x-astral": "ok \U0001D11E"})
+    assert problem is not None
+    assert problem.startswith("header 'x-astral' has a character outside the Basic "
+                              "Multilingual Plane (U+1D11E)")
+    assert ArtemisDialect().header_value_problem({"x": "\U0001F600"}) is None

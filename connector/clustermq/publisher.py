@@ -43,6 +43,10 @@ class LinkLost(Exception):
     """The node's connection broke; its open transaction is gone (or in doubt)."""
 
 
+class HeaderNotCarried(ValueError):
+    """A header value the cluster's brokers would change on the way (see the dialect)."""
+
+
 class MessageRefused(ValueError):
     """Every node that could be tried answered one message with an ERROR frame (or was down).
 
@@ -269,6 +273,9 @@ class TaskPublisher:
         if link.lost.is_set():
             raise LinkLost(link.reason or "connection lost")
         assert link.conn is not None and link.dialect is not None
+        problem = link.dialect.header_value_problem(message.headers)
+        if problem:
+            raise HeaderNotCarried(f"{self._label}: {message.label or 'a message'}: {problem}")
         headers = dict(message.headers)
         headers.update(link.dialect.send_headers(message.group_id, self.options.connection.group_id_header))
         try:
