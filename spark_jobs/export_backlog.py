@@ -76,13 +76,14 @@ def _say(text: str) -> None:
 
 def run(spark: Any, args: argparse.Namespace) -> ExportResult:
     """The export itself, on a session with Delta (the tests call this in-process)."""
-    backlog, table = measure_backlog(args.brokers, args.queue)
+    probe = reader_options(args.brokers, args.queue, None, args.reader_options)
+    backlog, table = measure_backlog(probe)
     _say(f"backlog at start:\n{table}")
     if args.mode == "browse":
         exported = _browse(spark, args, backlog)
     else:
         exported = _drain(spark, args, backlog)
-    _, table = measure_backlog(args.brokers, args.queue)
+    _, table = measure_backlog(probe)
     _say(f"exported {exported} messages ({args.mode}, backlog at start {backlog}); "
          f"queue now:\n{table}")
     return ExportResult(args.mode, backlog, exported)

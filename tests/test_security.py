@@ -301,6 +301,25 @@ def test_tls_round_trip_and_the_password_is_nowhere(
         assert wrong["password"] not in text, f"wrong password found in {where}"
 
 
+def test_jobs_measure_the_backlog_over_tls_with_the_readers_ca(tls_cluster: LocalCluster) -> None:
+    """export_backlog's depth probe connects as the reader does: with ``sslCaFile`` it gets
+    every node's depth; without it (system trust store) the nodes are reported unreachable."""
+    from clustermq.jobs import measure_backlog
+
+    queue = new_queue("backlog")
+    produced = produce(parse_connection_options(lowered(options(tls_cluster, queue))),
+                       LoadSpec(count=30))
+    total, table = measure_backlog(options(tls_cluster, queue))
+    assert total == sum(produced.values()) == 30, table
+    assert PASSWORD not in table
+    without_ca = {k: v for k, v in options(tls_cluster, queue, connectTimeout="3000").items()
+                  if k != "sslCaFile"}
+    total, table = measure_backlog(without_ca)
+    assert total is None, table
+    with pytest.raises(OptionError, match="maxMessagesPerTrigger"):
+        measure_backlog(options(tls_cluster, queue, maxMessagesPerTrigger="-1"))
+
+
 @pytest.mark.flavors("classic")
 def test_job_driver_and_worker_debug_logs_hold_no_password(tls_cluster: LocalCluster, tmp_path: Path) -> None:
     """``spark_jobs/queue_to_delta.py`` over TLS, every Python process of it (driver, source

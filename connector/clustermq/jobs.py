@@ -223,13 +223,19 @@ class StreamProgress:
         return f"batch {batch}: {self.what} {self.done} messages"
 
 
-def measure_backlog(brokers: str, queue: str) -> tuple[int | None, str]:
-    """The queue's depth over all nodes (``None`` if a node did not answer) and a table of it."""
-    from .depth import format_depth_table, queue_depths
-    from .nodes import parse_nodes
+def measure_backlog(options: Mapping[str, str]) -> tuple[int | None, str]:
+    """The queue's depth over all nodes (``None`` if a node did not answer) and a table of it.
 
-    creds = credentials_from_env()
-    depths = queue_depths(list(parse_nodes(brokers)), queue, creds.get("username"),
-                          creds.get("password"))
+    ``options`` are the job's reader options, parsed as the reader parses them, so the probe
+    connects as the reader does (credentials, ``sslCaFile`` and the other TLS settings) and a
+    malformed option fails here, before any message is consumed.
+    """
+    from .depth import format_depth_table, queue_depths
+    from .options import ReadOptions
+
+    conn = ReadOptions.parse(options).connection
+    username, password = conn.login
+    depths = queue_depths(list(conn.nodes), conn.queue, username, password,
+                          timeout=conn.connect_timeout_s)
     total = depths.total if depths.complete else None
     return total, format_depth_table(depths)
