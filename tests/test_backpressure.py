@@ -13,11 +13,10 @@ it), and ``latestOffset`` (``reportLatestOffset``: the next sequence the reader 
 count when the batch was planned. Memory is the resident set of the Python process Spark
 starts for the source (``MemorySampler`` from the benchmarks).
 
-Size: ``CLUSTERMQ_BACKPRESSURE_MESSAGES`` (default 30,000). Measured on the 2-core machine:
-200,000 messages took 41 s to produce and 253 s to drain, so the issue's 1,000,000 would take
-about 25 minutes per flavor: run it by hand.
-
-Classic only for now: the Artemis bound (a byte window) has not been run yet.
+Size: ``CLUSTERMQ_BACKPRESSURE_MESSAGES`` (default 30,000) and ``CLUSTERMQ_BACKPRESSURE_BATCH``
+(``maxMessagesPerTrigger``, default 2,000; the sink sleeps 3 s per batch whatever its size, so a
+larger batch drains a large backlog sooner and is still the bottleneck). The issue's 1,000,000
+is run by hand (docs/reliability.md has the figures).
 """
 
 from __future__ import annotations
@@ -36,10 +35,10 @@ from pyspark.sql import functions as F
 from clustermq.bench.probes import MemorySampler
 from test_reader_faults import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.flavors("classic")]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 MESSAGES = int(os.environ.get("CLUSTERMQ_BACKPRESSURE_MESSAGES", "30000"))
-MAX_PER_TRIGGER = 2000
+MAX_PER_TRIGGER = int(os.environ.get("CLUSTERMQ_BACKPRESSURE_BATCH", "2000"))
 PREFETCH = 2 * MAX_PER_TRIGGER  # the default prefetchPerNode
 BODY = 200
 # The slow sink: every batch takes at least this long, so the sink (at most about 600 msg/s),

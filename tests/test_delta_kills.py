@@ -2,7 +2,9 @@
 
 Each crash lands somewhere in the batch cycle (planning, reading, the Delta commit, the window
 between the Delta commit and Spark's commit log, the acknowledgement), chosen by a seeded random
-delay after the run's latest committed batch. The seed is in every failure message, so a failing
+delay: on even runs after the run's first committed batch, on odd runs after the run subscribed,
+which lands in its first batch (received, not yet committed or acknowledged) and costs a
+restart less than waiting for a commit. The seed is in every failure message, so a failing
 sequence of moments can be replayed with ``CLUSTERMQ_KILL_SEED``.
 """
 
@@ -29,6 +31,13 @@ KILLS = int(os.environ.get("CLUSTERMQ_KILLS", "10"))
 BATCH = 2500
 
 
+def log_since(log: Path, offset: int) -> str:
+    """What the current run appended to the shared driver log."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 # Classic only in the default suite: each crash costs a driver start (~15-20 s on 2 cores), so
 # ten of them on both flavors would take a third of the suite's budget. Classic is the harder
 # case (its bridges move a dead consumer's messages between nodes); Artemis gets the single
@@ -53,21 +62,30 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     moments: list[str] = []
     for kill in range(KILLS):
         before = len(batch_files(checkpoint, "commits"))
+        offset = log.stat().st_size if log.exists() else 0
         proc = start_job("queue_to_delta.py",
                          [*base, "--trigger", "processingTime=200 milliseconds",
                           "--max-messages-per-trigger", str(BATCH)], env, log)
         try:
-            # Progress between crashes: at least one more committed batch, then a random delay
-            # of up to about two batch durations picks the moment inside the cycle.
-            wait_for(lambda: len(batch_files(checkpoint, "commits")) > before
-                     or proc.poll() is not None, 240, f"a committed batch in run {kill}")
+            if kill % 2 == 0:
+                # Progress between crashes: at least one more committed batch, then a random
+                # delay of up to about two warm batch durations picks the moment in the cycle.
+                wait_for(lambda: len(batch_files(checkpoint, "commits")) > before
+                         or proc.poll() is not None, 240, f"a committed batch in run {kill}")
+                after, delay = "a commit", rng.uniform(0.0, 3.0)
+            else:
+                # Inside the run's first (cold, 15-20 s) batch: its messages are received and
+                # being written, none committed or acknowledged.
+                wait_for(lambda: "subscribed to" in log_since(log, offset)
+                         or proc.poll() is not None, 240, f"run {kill} subscribing")
+                after, delay = "subscribing", rng.uniform(0.0, 12.0)
             assert proc.poll() is None, f"seed {seed}: run {kill} exited:\n{tail(log)}"
-            delay = rng.uniform(0.0, 3.0)
             time.sleep(delay)  # the fault's timing, not a synchronisation
         finally:
             kill_group(proc)
         assert proc.returncode == -signal.SIGKILL, f"seed {seed}: run {kill} ended by itself"
-        moments.append(f"+{delay:.2f}s after batch {len(batch_files(checkpoint, 'commits')) - 1}")
+        moments.append(f"+{delay:.2f}s after {after} "
+                       f"(last commit: batch {max(batch_files(checkpoint, 'commits'), default=-1)})")
 
     proc = start_job("queue_to_delta.py",
                      [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "10000"],
