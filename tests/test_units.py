@@ -205,3 +205,51 @@ def test_log_level_from_the_environment_reaches_a_fresh_process(level: str, show
         assert all(" clustermq.consumer: " in line for line in lines)
     else:  # the last-resort handler prints warnings bare
         assert lines == ["warning line"]
+
+
+class _Frame:
+    """What stomp.py hands a listener: headers and a body."""
+
+    def __init__(self, message_id: str, ack: str) -> None:
+        self.headers = {"message-id": message_id, "ack": ack, "destination": "/queue/q"}
+        self.body = b"x"
+
+
+def test_available_now_does_not_count_a_second_delivery_of_a_message() -> None:
+    """A copy (same message id) raises AvailableNow's target by one, so the last real message
+    is still read; a message given back on a lost connection is not a copy when it returns."""
+    from clustermq.consumer import ClusterConsumer
+
+    consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
+    sub = consumer.subscriptions[0]
+    sub.dialect = ClassicDialect()
+    sub._connected = True
+    name = sub.node.name
+    consumer.prepare_available_now(5)  # the depth measured at start: a, b, c, d, e
+    consumer.set_start({name: 0})
+    for i, mid in enumerate(["a", "b", "a", "c"]):  # "a" delivered twice
+        sub._on_message(_Frame(mid, f"ack-{i}"), sub._generation)
+    assert consumer.latest({name: 0}, None, None) == {name: 4}
+    assert consumer.available_now_pending({name: 4})  # 4 deliveries, but d and e are to come
+
+    sub._on_message(_Frame("d", "ack-4"), sub._generation)
+    sub._on_message(_Frame("e", "ack-5"), sub._generation)
+    sub._on_lost(sub._generation, "test")  # d and e were not planned: given back
+    sub._connected = True
+    for i, mid in enumerate(["d", "e"]):  # redelivered: not copies
+        sub._on_message(_Frame(mid, f"ack-{6 + i}"), sub._generation)
+    assert consumer.latest({name: 4}, None, None) == {name: 6}
+    assert not consumer.available_now_pending({name: 6})  # every message of the backlog read
+
+
+def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
+    from clustermq.copies import RecentIds
+
+    recent = RecentIds(capacity=3)
+    assert not recent.seen_before("a") and not recent.seen_before("a")  # inactive: no memory
+    recent.activate()
+    assert [recent.seen_before(k) for k in ["a", "b", "a", "c", "d", "e"]] == [
+        False, False, True, False, False, False]
+    assert len(recent) == 3 and not recent.seen_before("b")  # "b" was evicted
+    recent.forget(["b", None])
+    assert not recent.seen_before("b")

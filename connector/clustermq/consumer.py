@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
 from .connection import NodeUnavailable
+from .copies import RecentIds
 from .offsets import NodeOffsets, allocate, make_offsets
 from .options import ReadOptions
 from .subscription import BufferedMessage, NodeStatus, NodeSubscription
@@ -70,8 +71,9 @@ class ClusterConsumer:
         self._arrivals = ArrivalCounter()
         self._target: AvailableNowTarget | None = None
         self._target_lock = threading.Lock()
+        self._recent = RecentIds()
         self.subscriptions = [
-            NodeSubscription(node, i, options, self._arrivals, self._returned)
+            NodeSubscription(node, i, options, self._arrivals, self._returned, self._recent)
             for i, node in enumerate(options.connection.nodes)
         ]
         self._started = False
@@ -196,6 +198,7 @@ class ClusterConsumer:
     def prepare_available_now(self, backlog: int) -> None:
         with self._target_lock:
             self._target = AvailableNowTarget(backlog)
+        self._recent.activate()
         log.info("clustermq: Trigger.AvailableNow will read the %d messages queued at start",
                  backlog)
 

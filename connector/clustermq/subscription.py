@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import stomp
 
 from .connection import HEARTBEAT_RECEIVE_SCALE, NodeUnavailable, close_connection, open_connection
+from .copies import RecentIds
 from .dialect import BrokerDialect, resolve_dialect
 from .nodes import Node
 from .options import ReadOptions
@@ -117,13 +118,16 @@ class NodeSubscription:
         options: ReadOptions,
         arrivals: Iterator[int],
         on_dropped: Callable[[int], None],
+        recent: RecentIds | None = None,
     ) -> None:
         self.node = node
         self.index = index
         self.options = options
         self.dialect: BrokerDialect | None = None
         self._arrivals = arrivals
+        # deliveries that do not count towards AvailableNow's backlog (given back, or copies)
         self._on_dropped = on_dropped
+        self._recent = recent if recent is not None else RecentIds()
         self._lock = threading.Condition()
         self._conn: stomp.Connection12 | None = None
         self._generation = 0
@@ -154,6 +158,7 @@ class NodeSubscription:
         )
         try:
             dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
+            self.dialect = dialect  # deliveries start before subscribe() returns (_message_key)
             conn.subscribe(
                 destination=dialect.destination(self.options.connection.queue),
                 id=f"clustermq-{self.index}",
@@ -261,13 +266,14 @@ class NodeSubscription:
         return True
 
     def _drop_unreserved(self) -> int:
-        dropped = len(self._unnumbered)
+        given_back = list(self._unnumbered)
         self._unnumbered.clear()
         if self.reserved_end is not None:
             while self._messages and self._messages[-1].seq >= self.reserved_end:
-                self._messages.pop()
-                dropped += 1
+                given_back.append(self._messages.pop())
             self.next_seq = max(self.reserved_end, self._messages[-1].seq + 1 if self._messages else 0)
+        self._recent.forget(self._message_key(m.headers) for m in given_back)
+        dropped = len(given_back)
         return dropped
 
     def stop(self) -> None:
@@ -305,6 +311,12 @@ class NodeSubscription:
                 self._lock.notify_all()
         if late:  # a frame of a dropped connection: the broker redelivers it, count it again
             self._on_dropped(1)
+        elif self._recent.seen_before(self._message_key(headers)):
+            self._on_dropped(1)  # a copy of a message already delivered (copies.py)
+
+    def _message_key(self, headers: dict[str, str]) -> str | None:
+        dialect = self.dialect
+        return dialect.message_id(headers, self.node.name) if dialect is not None else None
 
     def set_base(self, start: int) -> None:
         """Number the stream from ``start`` (the first offset Spark names for this node)."""
