@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -283,6 +285,15 @@ def arrow_batches(n: int, size: int, on_batch=None) -> Iterator[pa.RecordBatch]:
         yield pa.RecordBatch.from_arrays([pa.array([f"m{i}" for i in ids])], names=["body"])
 
 
+def first_node_options(broker, queue: str, **extra: str) -> WriteOptions:
+    """Writer options that route every row to node 0 (the node the fault tests kill)."""
+    username, password = broker.cluster.credentials
+    return WriteOptions.parse({"brokers": broker.cluster.brokers, "queue": queue,
+                               "username": username, "password": password,
+                               "loadBalancingPolicy": "firstElement", "receiptTimeout": "10000",
+                               **extra})
+
+
 def test_node_lost_mid_transaction_or_down_at_start_loses_nothing(
     spark: SparkSession, broker
 ) -> None:
@@ -291,10 +302,7 @@ def test_node_lost_mid_transaction_or_down_at_start_loses_nothing(
     cluster = broker.cluster
     nodes = names(broker)
     queue = new_queue("wnodeloss")
-    username, password = cluster.credentials
-    options = WriteOptions.parse({"brokers": cluster.brokers, "queue": queue, "username": username,
-                                  "password": password, "loadBalancingPolicy": "firstElement",
-                                  "receiptTimeout": "10000"})
+    options = first_node_options(broker, queue)
     job = uuid.uuid4().hex
 
     def kill_node0_after_three_batches(b: int) -> None:
@@ -325,6 +333,85 @@ def test_node_lost_mid_transaction_or_down_at_start_loses_nothing(
         if not cluster.is_running(0):
             cluster.start_node(0)
     assert broker.depths(queue)[nodes[0]] == 0  # the lost transaction never committed
+
+
+def test_node_killed_during_the_move_out_of_staging_loses_nothing(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """Node 0 SIGKILLed while the driver moves a job's staged messages into the queue.
+
+    The move fails naming the node; what it had committed stays in the queue, the rest stays
+    staged (persistent). After the restart the batch runs again as Spark re-runs a failed
+    streaming batch (a new task attempt, same query and batch, so the same ``clustermq_id``s)
+    and its move drops the old attempt's staged copies: every row is in the queue at least
+    once, copies carry the same id (Classic) or are dropped by the broker (Artemis).
+    """
+    from clustermq.staging import MoveError
+
+    cluster = broker.cluster
+    nodes = names(broker)
+    queue = new_queue("wmovekill")
+    options = first_node_options(broker, queue, connectTimeout="3000")
+    total = 10_000
+    job = uuid.uuid4().hex
+    layout = InputLayout(body="body", body_is_text=True)
+    first = write_task(options, layout, TaskIdentity(job, 0, 0, 0), arrow_batches(10, total // 10))
+    assert first.counts == {0: total}
+    failure: list[BaseException] = []
+
+    def move() -> None:
+        try:
+            move_job(options, job, [StagedTask(first.task_tag, first.counts)], queue)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            failure.append(exc)
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    moved_at_kill = 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and mover.is_alive():
+            moved_at_kill = broker.depths(queue, timeout=5)[nodes[0]] or 0
+            if moved_at_kill >= 200:  # at least one move transaction committed
+                break
+        assert 0 < moved_at_kill < total, f"the move was not caught midway ({moved_at_kill})"
+        cluster.kill_node(0)
+        mover.join(120)
+        assert not mover.is_alive()
+        assert failure and isinstance(failure[0], MoveError), failure
+        text = str(failure[0])
+        assert nodes[0] in text and "stay in the staging queues" in text, text
+    finally:
+        mover.join(120)
+        if not cluster.is_running(0):
+            cluster.start_node(0)
+
+    staged_left = broker.depths(staging_queue(queue, job, 0))[nodes[0]] or 0
+    in_queue = broker.depths(queue)[nodes[0]] or 0
+    assert staged_left > 0 and in_queue > 0, (staged_left, in_queue)
+    assert in_queue + staged_left >= total, (in_queue, staged_left)  # nothing lost by the crash
+
+    # Spark re-runs the failed batch: a new attempt of the same task, then the driver's move.
+    second = write_task(options, layout, TaskIdentity(job, 0, 0, 1), arrow_batches(10, total // 10))
+    moves = move_job(options, job, [StagedTask(second.task_tag, second.counts)], queue)
+    assert [(m.node, m.moved) for m in moves] == [(nodes[0], total)]
+    assert broker.depths(staging_queue(queue, job, 0))[nodes[0]] == 0
+
+    rows, _ = read_back(spark, broker, queue, tmp_path / "read")
+    got = rows.select(F.col("body").cast("string").alias("body"),
+                      F.col("headers")["clustermq_id"].alias("cid")).collect()
+    by_id: dict[str, set[str]] = {}
+    for r in got:
+        by_id.setdefault(r["cid"], set()).add(r["body"])
+    assert sorted(by_id) == sorted(f"{job}:0:0:{i}" for i in range(total))
+    assert all(len(bodies) == 1 for bodies in by_id.values())  # a copy is the same message
+    copies = len(got) - total
+    if broker.flavor == "artemis":
+        assert copies == 0, f"{copies} copies: the broker should drop them by _AMQ_DUPL_ID"
+    else:
+        assert copies == in_queue, (copies, in_queue)  # every message moved before the crash, once more
+    print(f"\n[{broker.flavor}] killed with {moved_at_kill}+ of {total} moved; after restart "
+          f"{in_queue} in the queue, {staged_left} staged; {copies} copies in the end")
 
 
 # --------------------------------------------------------------------------- streaming
