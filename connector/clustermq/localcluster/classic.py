@@ -10,6 +10,7 @@ to be transformed to XML/JSON for STOMP clients.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -22,8 +23,11 @@ from .templates import load_template, render, write_file, xml_attr
 from .tls import keystore_password
 
 HEAP_MIN = "256m"
-HEAP_MAX = "512m"
-MEMORY_PERCENT_OF_HEAP = 60
+# A 1,000,000-message backlog of 200-byte messages ran these defaults out of heap while it was
+# produced (docs/reliability.md): such runs set CLUSTERMQ_CLASSIC_HEAP (a JVM size, e.g. 1g) and
+# CLUSTERMQ_CLASSIC_MEMORY_PERCENT (memoryUsage as a share of the heap) when the cluster starts.
+HEAP_MAX = os.environ.get("CLUSTERMQ_CLASSIC_HEAP", "512m")
+MEMORY_PERCENT_OF_HEAP = int(os.environ.get("CLUSTERMQ_CLASSIC_MEMORY_PERCENT", "60"))
 STORE_LIMIT = "4 gb"
 TEMP_LIMIT = "2 gb"
 MAX_FRAME_SIZE = 64 * 1024 * 1024
