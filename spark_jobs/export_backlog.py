@@ -76,22 +76,20 @@ def _say(text: str) -> None:
 
 def run(spark: Any, args: argparse.Namespace) -> ExportResult:
     """The export itself, on a session with Delta (the tests call this in-process)."""
-    probe = reader_options(args.brokers, args.queue, None, args.reader_options)
-    backlog, table = measure_backlog(probe)
+    options = reader_options(args.brokers, args.queue, None, args.reader_options)
+    backlog, table = measure_backlog(options)
     _say(f"backlog at start:\n{table}")
     if args.mode == "browse":
-        exported = _browse(spark, args, backlog)
+        exported = _browse(spark, args, {**options, "mode": "browse"})
     else:
         exported = _drain(spark, args, backlog)
-    _, table = measure_backlog(probe)
+    _, table = measure_backlog(options)
     _say(f"exported {exported} messages ({args.mode}, backlog at start {backlog}); "
          f"queue now:\n{table}")
     return ExportResult(args.mode, backlog, exported)
 
 
-def _browse(spark: Any, args: argparse.Namespace, backlog: int | None) -> int:
-    options = reader_options(args.brokers, args.queue, None, args.reader_options)
-    options["mode"] = "browse"
+def _browse(spark: Any, args: argparse.Namespace, options: dict[str, str]) -> int:
     df = spark.read.format("clustermq").options(**options).load()
     nodes = len(options["brokers"].split(","))
     stop = threading.Event()

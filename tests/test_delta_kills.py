@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from test_pipelines import batch_files, finish, job_env, start_job, tail
-from test_reader_faults import kill_group, wait_for
+from test_reader_faults import RESTART_IDLE_OPTION, kill_group, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -52,9 +52,7 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     broker.produce(queue, MESSAGES, size=256)
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
     base = ["--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
-            "--checkpoint", str(checkpoint), "--option", "replayTimeout=3000",
-            # over a Classic bridge's rebuild time (test_reader_faults.start_driver)
-            "--option", "availableNowIdleTimeout=30000"]
+            "--checkpoint", str(checkpoint), "--option", "replayTimeout=3000", *RESTART_IDLE_OPTION]
     if broker.flavor == "artemis":  # moved messages get a new message-id there (README)
         base += ["--dedupe", "all", "--id-header", "loadgen_id"]
     env = job_env(broker)

@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from test_reader_faults import kill_group, wait_for
+from test_reader_faults import RESTART_IDLE_OPTION, kill_group, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -89,9 +89,7 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
     broker.produce(queue, total)
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
     base = ["--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
-            "--checkpoint", str(checkpoint), "--option", "replayTimeout=10000",
-            # over a Classic bridge's rebuild time (test_reader_faults.start_driver)
-            "--option", "availableNowIdleTimeout=30000"]
+            "--checkpoint", str(checkpoint), "--option", "replayTimeout=10000", *RESTART_IDLE_OPTION]
     if broker.flavor == "artemis":
         # Artemis gives a message it moves to another node a new message-id and no redelivered
         # flag (measured: 292 of 400 unacknowledged messages came back that way): de-duplicate

@@ -28,6 +28,12 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval:
         time.sleep(interval)
 
 
+#: AvailableNow restarts after a killed driver wait this long for quiet: longer than a Classic
+#: bridge takes to be rebuilt (10 s inactivity + reconnect), since a bridge that died with the
+#: driver holds its in-flight messages until then.
+RESTART_IDLE_OPTION = ["--option", "availableNowIdleTimeout=30000"]
+
+
 def connector_lines(text: str, last: int) -> str:
     """The driver log's last ``last`` lines from the connector (logs.py), for a failure message."""
     return "\n".join([line for line in text.splitlines() if "clustermq" in line][-last:])
@@ -44,9 +50,7 @@ def start_driver(broker, queue: str, out: Path, checkpoint: Path, trigger: str, 
     args = [sys.executable, str(JOB), "--brokers", broker.cluster.brokers, "--queue", queue,
             "--out", str(out), "--checkpoint", str(checkpoint), "--trigger", trigger,
             "--max-messages-per-trigger", "400", "--option", "replayTimeout=20000",
-            # longer than a Classic bridge takes to be rebuilt (10 s inactivity + reconnect): a
-            # bridge that died with the driver holds its in-flight messages until then
-            "--option", "availableNowIdleTimeout=30000"]
+            *RESTART_IDLE_OPTION]
     return subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 

@@ -51,6 +51,7 @@ import stomp
 
 from .connection import apply_tls, register_secret, tls_failure
 from .nodes import Node
+from .options import ConnectionOptions
 
 STATS_DESTINATION_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
 END_WITH_NULL = "ActiveMQ.Statistics.Destination.List.End.With.Null"
@@ -338,6 +339,14 @@ def queue_depths(
                 result[node.name] = None
                 result.errors[node.name] = str(exc) or type(exc).__name__
     return result
+
+
+def connection_depths(conn: ConnectionOptions) -> QueueDepths:
+    """``queue_depths`` of the connector's queue, connecting as the reader does (login, TLS
+    settings, ``connectTimeout``)."""
+    username, password = conn.login
+    return queue_depths(list(conn.nodes), conn.queue, username, password,
+                        timeout=conn.connect_timeout_s)
 
 
 def format_depth_table(depths: QueueDepths) -> str:

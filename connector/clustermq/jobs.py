@@ -230,12 +230,9 @@ def measure_backlog(options: Mapping[str, str]) -> tuple[int | None, str]:
     connects as the reader does (credentials, ``sslCaFile`` and the other TLS settings) and a
     malformed option fails here, before any message is consumed.
     """
-    from .depth import format_depth_table, queue_depths
+    from .depth import connection_depths, format_depth_table
     from .options import ReadOptions
 
-    conn = ReadOptions.parse(options).connection
-    username, password = conn.login
-    depths = queue_depths(list(conn.nodes), conn.queue, username, password,
-                          timeout=conn.connect_timeout_s)
+    depths = connection_depths(ReadOptions.parse(options).connection)
     total = depths.total if depths.complete else None
     return total, format_depth_table(depths)

@@ -112,13 +112,9 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         )
 
     def prepareForTriggerAvailableNow(self) -> None:
-        from .depth import queue_depths  # the depth probe is driver-only
+        from .depth import connection_depths  # the depth probe is driver-only
 
-        conn = self.options.connection
-        username, password = conn.login
-        depths = queue_depths(
-            list(conn.nodes), conn.queue, username, password, timeout=conn.connect_timeout_s
-        )
+        depths = connection_depths(self.options.connection)
         unknown = [name for name, depth in depths.items() if depth is None]
         if unknown:
             log.warning("clustermq: queue depth unknown on %s; AvailableNow reads what arrives "

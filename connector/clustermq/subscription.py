@@ -273,8 +273,7 @@ class NodeSubscription:
                 given_back.append(self._messages.pop())
             self.next_seq = max(self.reserved_end, self._messages[-1].seq + 1 if self._messages else 0)
         self._recent.forget(self._message_key(m.headers) for m in given_back)
-        dropped = len(given_back)
-        return dropped
+        return len(given_back)
 
     def stop(self) -> None:
         self._stopping.set()
