@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from test_reader_faults import RESTART_IDLE_OPTION, kill_group, wait_for
+from test_reader_faults import RESTART_IDLE_OPTION, connector_lines, kill_group, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -122,7 +122,9 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
                      job_env(broker), log)
     assert finish(proc, 240, log) == 0, tail(log)
     left = broker.wait_depth_zero(queue)
-    assert all(d == 0 for d in left.values()), f"AvailableNow ended with messages left: {left}"
+    assert all(d == 0 for d in left.values()), (
+        f"AvailableNow ended with messages left: {left}\n"
+        + connector_lines(tail(log, 10**6).split("fault injection")[-1], 40))
 
     rows = dspark.read.format("delta").load(str(table))
     ids = loadgen_ids(rows)

@@ -242,6 +242,40 @@ def test_available_now_does_not_count_a_second_delivery_of_a_message() -> None:
     assert not consumer.available_now_pending({name: 6})  # every message of the backlog read
 
 
+def test_available_now_recounts_once_before_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the backlog measured at start is read, a recount that settles on messages still
+    queued (the start probe missed them) extends the run once; a recount that finds only ACKs
+    the broker had not processed yet (depth falling to 0) ends it."""
+    import clustermq.consumer as consumer_mod
+    from clustermq.consumer import ClusterConsumer
+
+    monkeypatch.setattr(consumer_mod, "RECOUNT_INTERVAL_S", 0.0)
+    consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
+    sub = consumer.subscriptions[0]
+    sub.dialect = ClassicDialect()
+    sub._connected = True
+    name = sub.node.name
+    probes = iter([{name: 2}, {name: 1}, {name: 1}, {name: 1}, {name: 5}])
+    consumer.prepare_available_now(2, lambda: next(probes))  # the start probe saw a and b
+    consumer.set_start({name: 0})
+    for i, mid in enumerate(["a", "b", "c"]):  # c is delivered but beyond the target
+        sub._on_message(_Frame(mid, f"ack-{i}"), sub._generation)
+    assert consumer.latest({name: 0}, None, None) == {name: 2}
+    consumer.acknowledge({name: 2})
+    # depth 2 (b's ACK not processed yet), then 1, 1, 1: settled on c, which this query holds
+    assert consumer.available_now_pending({name: 2})
+    assert consumer.latest({name: 2}, None, None) == {name: 3}
+    consumer.acknowledge({name: 3})
+    assert not consumer.available_now_pending({name: 3})  # recounted already: the run ends
+    assert next(probes) == {name: 5}  # and it did not probe again
+
+    ended = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
+    probes = iter([{name: 3}, {name: 0}])  # ACKs still landing, then empty
+    ended.prepare_available_now(0, lambda: next(probes))
+    assert not ended.available_now_pending({name: 0})
+    assert next(probes, "done") == "done"
+
+
 def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
     from clustermq.copies import RecentIds
 
