@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,11 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval:
 #: bridge takes to be rebuilt (10 s inactivity + reconnect), since a bridge that died with the
 #: driver holds its in-flight messages until then.
 RESTART_IDLE_OPTION = ["--option", "availableNowIdleTimeout=30000"]
+
+
+def acknowledged_in_log(text: str) -> int:
+    """Messages the reader says it acknowledged (consumer.py logs every ACK round at INFO)."""
+    return sum(int(n) for n in re.findall(r"clustermq: acknowledged (\d+) messages", text))
 
 
 def connector_lines(text: str, last: int) -> str:
@@ -85,11 +91,15 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
     finally:
         kill_group(proc)
 
-    # Only messages of committed batches may have been acknowledged.
+    # Only messages of committed batches may have been acknowledged. The broker's count is an
+    # upper bound only: a Classic copy made while the dead consumer's messages move between
+    # nodes adds one to the depth (5,601 settled for 5,600 in a CI run), so that the committed
+    # batches' ACKs are shown by the reader's log instead.
     committed_rows = len(ids_in(spark, out))
     remaining = sum(d or 0 for d in broker.settled_depths(queue).values())
     acknowledged = total - remaining
-    assert 0 < acknowledged <= committed_rows, (acknowledged, committed_rows)
+    assert acknowledged <= committed_rows, (acknowledged, committed_rows)
+    assert 0 < acknowledged_in_log(log.read_text()) <= committed_rows, connector_lines(log.read_text(), 20)
 
     proc = start_driver(broker, queue, out, checkpoint, "availableNow", log)
     try:

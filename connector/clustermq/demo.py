@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from .depth import queue_depths
+from .depth import connection_depths
 from .loadgen import LoadSpec, print_progress, produce
-from .options import parse_connection_options
+from .options import ConnectionOptions, parse_connection_options
 
 
 def _say(text: str) -> None:
@@ -49,7 +49,7 @@ def run_demo(args: argparse.Namespace) -> int:
         report = queue_to_delta(
             brokers, queue, username, password, work, args.max_messages_per_trigger
         )
-        depths = _wait_depths(conn, username, password)
+        depths = _wait_depths(conn)
         ok = _print_report(args.count, report, depths, time.monotonic() - started)
         return 0 if ok else 1
     finally:
@@ -61,12 +61,11 @@ def run_demo(args: argparse.Namespace) -> int:
 MAX_RUNS = 3
 
 
-def _wait_depths(conn, username: str | None, password: str | None,  # type: ignore[no-untyped-def]
-                 timeout: float = 15.0) -> dict[str, int | None]:
+def _wait_depths(conn: ConnectionOptions, timeout: float = 15.0) -> dict[str, int | None]:
     """Queue depth per node, polled until 0 or ``timeout``: acknowledgements are asynchronous."""
     deadline = time.monotonic() + timeout
     while True:
-        depths = queue_depths(list(conn.nodes), conn.queue, username, password)
+        depths = connection_depths(conn)
         if all(d == 0 for d in depths.values()) or time.monotonic() > deadline:
             return depths
         time.sleep(0.5)
@@ -108,7 +107,7 @@ def queue_to_delta(
             )
             run_until_done(query)
             batches += sink.totals.batches
-            left = _wait_depths(conn, username, password)
+            left = _wait_depths(conn)
             if all(d == 0 for d in left.values()):
                 break
             _say(f"  messages left on the queue after run {runs}: {dict(left)}")
