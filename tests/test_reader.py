@@ -39,7 +39,9 @@ def drain(
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(timeout), "AvailableNow query did not finish"
+    if not query.awaitTermination(timeout):
+        query.stop()
+        raise AssertionError(f"AvailableNow query did not finish in {timeout:.0f} s")
     assert query.exception() is None, query.exception()
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     if options.get("password"):
@@ -109,6 +111,30 @@ def test_available_now_recounts_the_queue_before_it_ends(
     )
     assert sorted(loadgen_ids(rows)) == list(range(1050))
     assert sum(p["numInputRows"] for p in progress) == 1050
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_available_now_ends_soon_when_competing_consumers_emptied_the_queue(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """A backlog that other consumers took is not waited for: the run ends once two depth
+    probes find the queue empty, long before ``availableNowIdleTimeout`` (120 s here)."""
+    from clustermq.bench.raw import raw_drain
+
+    queue = new_queue("competing")
+    total = 3000
+    broker.produce(queue, total)
+    taken: list[int] = []
+
+    def competitor() -> None:  # takes what the reader has not prefetched (200 per node)
+        taken.append(raw_drain(broker.connection(queue), total, idle_timeout_s=3.0).total)
+
+    rows, _ = drain(spark, broker.reader_options(queue, maxMessagesPerTrigger=100,
+                                                 availableNowIdleTimeout=120_000),
+                    tmp_path, timeout=60, during_first_batch=competitor)
+    ids = loadgen_ids(rows)
+    assert taken and taken[0] > 0 and len(ids) == len(set(ids)), (taken, len(ids))
+    assert len(ids) + taken[0] == total, (len(ids), taken)
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 

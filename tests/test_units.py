@@ -276,6 +276,55 @@ def test_available_now_recounts_once_before_it_ends(monkeypatch: pytest.MonkeyPa
     assert next(probes, "done") == "done"
 
 
+def test_available_now_ends_early_only_on_a_queue_found_empty_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Waiting for a backlog that competing consumers took ends once two probes find the queue
+    empty; messages still counted on a node (a stalled bridge holds them) keep it waiting."""
+    import time
+
+    import clustermq.consumer as consumer_mod
+    from clustermq.consumer import ClusterConsumer
+
+    monkeypatch.setattr(consumer_mod, "EMPTY_CHECK_INTERVAL_S", 0.0)
+    monkeypatch.setattr(consumer_mod, "RECOUNT_INTERVAL_S", 0.0)
+
+    def waiting(depth: int | None) -> tuple[ClusterConsumer, list[int]]:
+        options = ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q",
+                                     "availableNowIdleTimeout": "60000"})
+        consumer = ClusterConsumer(options)
+        sub = consumer.subscriptions[0]
+        sub.dialect, sub._connected, name = ClassicDialect(), True, sub.node.name
+        probes: list[int] = []
+        consumer.prepare_available_now(5, lambda: probes.append(1) or {name: depth})
+        consumer.set_start({name: 0})
+        sub._on_message(_Frame("a", "ack-0"), sub._generation)
+        assert consumer.latest({name: 0}, None, None) == {name: 1}
+        consumer.acknowledge({name: 1})
+        assert consumer.latest({name: 1}, None, None) == {name: 1}  # quiet from here
+        monkeypatch.setattr(consumer, "_stall_after_s", lambda: 0.05)
+        time.sleep(0.06)  # the quiet time the check waits for, not a synchronisation
+        return consumer, probes
+
+    emptied, probes = waiting(0)
+    assert emptied.available_now_pending({emptied.node_names[0]: 1})  # empty once: not yet
+    assert not emptied.available_now_pending({emptied.node_names[0]: 1})  # twice: ends
+    assert len(probes) == 2 and emptied._target is not None and emptied._target.limit == 1
+
+    stalled, probes = waiting(3)  # 3 messages counted on the node, none arriving
+    assert all(stalled.available_now_pending({stalled.node_names[0]: 1}) for _ in range(5))
+    assert len(probes) >= 5 * consumer_mod.RECOUNT_AGREEING  # it kept asking, and waiting
+
+    silent, probes = waiting(None)  # the node does not answer, but the query is connected to it
+    for _ in range(3):
+        silent.subscriptions[0]._connected = True  # (re)connected after the resubscribe
+        assert silent.available_now_pending({silent.node_names[0]: 1})
+    gone, probes = waiting(None)  # neither the probe nor the query reaches it: nothing to wait for
+    gone.subscriptions[0]._connected = False
+    assert gone.available_now_pending({gone.node_names[0]: 1})
+    assert not gone.available_now_pending({gone.node_names[0]: 1})
+
+
 def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
     from clustermq.copies import RecentIds
 

@@ -27,6 +27,8 @@ DepthProbe = Callable[[], Mapping[str, "int | None"]]
 RECOUNT_INTERVAL_S = 0.25
 RECOUNT_AGREEING = 3
 RECOUNT_MAX_S = 5.0
+#: while AvailableNow waits in vain, how often it asks whether the queue still holds anything
+EMPTY_CHECK_INTERVAL_S = 2.0
 
 
 class NoNodeReachable(ConnectionError):
@@ -91,6 +93,10 @@ class ClusterConsumer:
         self._resubscribed_after: float | None = None
         # since when ``latest`` has found nothing to plan (None while batches are planned)
         self._quiet_since: float | None = None
+        # when AvailableNow, waiting for its backlog, may next ask whether the queue is empty,
+        # and the quiet period (its last arrival) in which it found the queue empty so far
+        self._next_empty_check = 0.0
+        self._empty_streak: tuple[float, int] = (0.0, 0)
 
     def _stall_after_s(self) -> float:
         """Quiet time after which AvailableNow suspects a dispatch stall: a third of
@@ -246,15 +252,47 @@ class ClusterConsumer:
                             "messages a stalled node holds back)", idle, received, target.limit,
                             ", ".join(kicked))
         if idle > self.options.available_now_idle_timeout_s:
-            with self._target_lock:
-                log.info(
-                    "clustermq: AvailableNow received %d of the %d messages measured at start "
-                    "and nothing for %.1f s; the rest went to other consumers", received,
-                    target.limit, idle)
-                target.limit = received
-                target.final = True
+            self._end_available_now(target, received, f"nothing arrived for {idle:.1f} s")
+            return False
+        if idle > self._stall_after_s() and self._queue_found_empty(last_arrival):
+            self._end_available_now(target, received, "the queue was found empty twice")
             return False
         return True
+
+    def _end_available_now(self, target: AvailableNowTarget, received: int, why: str) -> None:
+        with self._target_lock:
+            log.info("clustermq: AvailableNow received %d of the %d messages measured at start "
+                     "and ends: %s (other consumers took the rest)", received, target.limit, why)
+            target.limit = received
+            target.final = True
+
+    def _queue_found_empty(self, quiet_period: float) -> bool:
+        """True once, waiting in vain for its backlog, AvailableNow found the queue empty in two
+        probes ``EMPTY_CHECK_INTERVAL_S`` apart within one quiet period.
+
+        Why: competing consumers may have taken the rest, and then waiting the whole
+        ``availableNowIdleTimeout`` gains nothing; but a Classic bridge that stalls holds its
+        messages (counted on their node) until it is rebuilt, and those are worth the wait
+        (docs/design.md, "Dispatch stalls"). So the idle timeout can be long while an emptied
+        queue still ends the run within seconds. Twice, because a message Artemis moves
+        between nodes is counted on neither for a moment. A node that does not answer counts as
+        empty only while this query is not connected to it either (it cannot deliver then).
+        """
+        probe = self._probe
+        if probe is None or time.monotonic() < self._next_empty_check:
+            return False
+        depth, unknown = self._settled_depth(probe)
+        self._next_empty_check = time.monotonic() + EMPTY_CHECK_INTERVAL_S
+        reachable_unknown = "?" in unknown or any(
+            s.connected for s in self.subscriptions if s.node.name in unknown)
+        held = sum(st.buffered for st in self.status())
+        period, streak = self._empty_streak
+        if reachable_unknown or depth - held > 0:
+            self._empty_streak = (quiet_period, 0)
+            return False
+        streak = streak + 1 if period == quiet_period else 1
+        self._empty_streak = (quiet_period, streak)
+        return streak >= 2
 
     def _recount(self, target: AvailableNowTarget) -> bool:
         """Once the backlog measured at start is read, measure again and read what is left.
@@ -271,7 +309,7 @@ class ClusterConsumer:
             if probe is None or target.recounted or target.final:
                 return False
             target.recounted = True
-        depth = self._settled_depth(probe)
+        depth, _ = self._settled_depth(probe)
         if depth <= 0:
             return False
         with self._target_lock:
@@ -285,24 +323,25 @@ class ClusterConsumer:
         return True
 
     @staticmethod
-    def _settled_depth(probe: DepthProbe) -> int:
-        """The queue's total depth once ``RECOUNT_AGREEING`` probes in a row agree (at most
-        ``RECOUNT_MAX_S``, then the smallest of the last ones); 0 at once when a probe finds the
-        queue empty."""
+    def _settled_depth(probe: DepthProbe) -> tuple[int, set[str]]:
+        """The queue's total depth over the nodes that answered, once ``RECOUNT_AGREEING`` probes
+        in a row agree (at most ``RECOUNT_MAX_S``, then the smallest of the last ones; at once
+        when a probe finds nothing), and the nodes that did not answer the last probe."""
         deadline = time.monotonic() + RECOUNT_MAX_S
         seen: list[int] = []
         while True:
             try:
                 depths = probe()
             except Exception as exc:  # noqa: BLE001 - the recount only ever adds to a drain
-                log.warning("clustermq: AvailableNow recount failed (%s); ending the run", exc)
-                return 0
+                log.warning("clustermq: AvailableNow could not measure the queue (%s)", exc)
+                return 0, {"?"}
+            unknown = {name for name, d in depths.items() if d is None}
             seen.append(sum(d for d in depths.values() if d))
             last = seen[-RECOUNT_AGREEING:]
             if seen[-1] <= 0 or (len(last) == RECOUNT_AGREEING and len(set(last)) == 1):
-                return seen[-1]
+                return seen[-1], unknown
             if time.monotonic() > deadline:
-                return min(last)
+                return min(last), unknown
             time.sleep(RECOUNT_INTERVAL_S)
 
     def arrivals_so_far(self) -> int:

@@ -56,7 +56,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("connectTimeout", "10000", "Milliseconds to wait for a node's CONNECTED frame.", "both"),
     OptionSpec("heartbeat", "10000", "STOMP heart-beat interval in milliseconds, both directions (0 disables); a node silent for 2.5 times this is declared lost.", "both"),
     OptionSpec("noNodeTimeout", "120000", "The query fails when no node has been reachable for this many milliseconds.", "read"),
-    OptionSpec("availableNowIdleTimeout", "10000", "Trigger.AvailableNow: stop waiting for the backlog measured at start when, with every message received already planned, no message arrived for this many milliseconds (competing consumers took the rest); after a third of it (at most 3 s) nodes are resubscribed once, see docs/design.md.", "read"),
+    OptionSpec("availableNowIdleTimeout", "30000", "Trigger.AvailableNow: stop waiting for the backlog measured at start when, with every message received already planned, no message arrived for this many milliseconds while the queue still holds messages (a stalled Classic bridge holds them until it is rebuilt, about 10 s in the local cluster); a queue found empty ends the run within seconds (competing consumers took the rest). After a third of it (at most 3 s) nodes are resubscribed once, see docs/design.md.", "read"),
     OptionSpec("replayTimeout", "60000", "Milliseconds a replayed batch waits for the brokers to redeliver its messages after a restart.", "read"),
     OptionSpec("loadBalancingPolicy", "roundRobin", "Writer: how a task picks the node for rows without a group id: `roundRobin` (task i of a job to node start + i), `random` (per task), `randomSticky` (one random node per job or streaming query), `firstElement` (the first listed node). Rows with a group id always go to the node their group hashes to.", "write"),
     OptionSpec("persistent", "true", "Writer: send messages persistent (`persistent:true`), so they survive a broker restart.", "write"),
@@ -379,7 +379,7 @@ class ReadOptions:
         partitions = _int(raw, "numPartitions", 1, len(conn.nodes))
         assert partitions is not None
         no_node = _int(raw, "noNodeTimeout", 1, 120000)
-        idle = _int(raw, "availableNowIdleTimeout", 1, 10000)
+        idle = _int(raw, "availableNowIdleTimeout", 1, 30000)
         replay = _int(raw, "replayTimeout", 1, 60000)
         assert no_node is not None and idle is not None and replay is not None
         browse_idle = _int(raw, "browseIdleTimeout", 1, 30000)

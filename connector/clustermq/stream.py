@@ -122,8 +122,8 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         backlog = sum(d for d in depths.values() if d)
         if unknown:
             backlog = max(backlog, 1 << 62)
-        probe = None if unknown else (lambda: connection_depths(self.options.connection))
-        self.consumer.prepare_available_now(backlog, probe)
+        self.consumer.prepare_available_now(
+            backlog, lambda: connection_depths(self.options.connection))
 
     # --------------------------------------------------------------- batches
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
