@@ -211,7 +211,8 @@ class ClusterConsumer:
 
     # ------------------------------------------------------------------ AvailableNow
     def prepare_available_now(self, backlog: int, probe: DepthProbe | None = None) -> None:
-        """Read ``backlog`` messages; with a ``probe``, recount once that many have been read."""
+        """Read ``backlog`` messages. With a depth ``probe``: recount once that many have been
+        read (``_recount``), and end early on a queue found empty (``_queue_found_empty``)."""
         with self._target_lock:
             self._target = AvailableNowTarget(backlog)
             self._probe = probe
