@@ -299,11 +299,11 @@ class ClusterConsumer:
         """Once the backlog measured at start is read, measure again and read what is left.
 
         Why: a message that Artemis redistributes between nodes while the start probe runs is in
-        the cluster bridge's store-and-forward queue, counted on neither node; the drain then
-        ended with it still queued (clean-clone CI run, session 13: 1 of 6,000 left on one node
-        after a restart whose subscriptions reached the nodes 35 ms apart). Done once, so a
-        producer that never stops cannot keep a run going. The depth also counts ACKs the
-        broker has not processed yet; waiting for agreeing probes lets them land.
+        the cluster bridge's store-and-forward queue, counted on neither node, so the target can
+        be short and the drain would end with it still queued (a restart subscribes to the nodes
+        milliseconds apart, and `redistribution-delay` 0 moves messages in that window). Done
+        once, so a producer that never stops cannot keep a run going. The depth also counts
+        ACKs the broker has not processed yet; waiting for agreeing probes lets them land.
         """
         with self._target_lock:
             probe = self._probe
