@@ -31,7 +31,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval:
 
 #: AvailableNow restarts after a killed driver wait this long for quiet: longer than a Classic
 #: bridge takes to be rebuilt (10 s inactivity + reconnect), since a bridge that died with the
-#: driver holds its in-flight messages until then.
+#: driver holds its in-flight messages until then. The option's default since session 13; kept
+#: explicit so that the kill tests do not depend on it.
 RESTART_IDLE_OPTION = ["--option", "availableNowIdleTimeout=30000"]
 
 

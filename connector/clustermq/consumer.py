@@ -282,13 +282,12 @@ class ClusterConsumer:
         probe = self._probe
         if probe is None or time.monotonic() < self._next_empty_check:
             return False
-        depth, unknown = self._settled_depth(probe)
+        measured = self._settled_depth(probe)
         self._next_empty_check = time.monotonic() + EMPTY_CHECK_INTERVAL_S
-        reachable_unknown = "?" in unknown or any(
-            s.connected for s in self.subscriptions if s.node.name in unknown)
-        held = sum(st.buffered for st in self.status())
+        empty = (measured is not None and not self._reachable_but_silent(measured[1])
+                 and measured[0] - self._buffered() <= 0)
         period, streak = self._empty_streak
-        if reachable_unknown or depth - held > 0:
+        if not empty:
             self._empty_streak = (quiet_period, 0)
             return False
         streak = streak + 1 if period == quiet_period else 1
@@ -310,24 +309,35 @@ class ClusterConsumer:
             if probe is None or target.recounted or target.final:
                 return False
             target.recounted = True
-        depth, _ = self._settled_depth(probe)
-        if depth <= 0:
+        measured = self._settled_depth(probe)
+        if measured is None or measured[0] <= 0:
             return False
+        depth = measured[0]
         with self._target_lock:
             # The depth includes what this query holds beyond the old target (delivered, not
             # planned); those arrivals are already counted in ``received``.
-            held = sum(s.buffered for s in self.status())
+            held = self._buffered()
             received = self.arrivals_so_far()
             target.limit = max(target.limit, received + depth - held)
         log.info("clustermq: AvailableNow read the backlog measured at start; a recount found %d "
                  "messages still queued (%d of them delivered here), reading them too", depth, held)
         return True
 
+    def _buffered(self) -> int:
+        """Messages delivered to this query and not acknowledged: the broker counts them too."""
+        return sum(st.buffered for st in self.status())
+
+    def _reachable_but_silent(self, unanswered: set[str]) -> bool:
+        """A node the depth probe got no answer from while this query is connected to it: it
+        may hold messages for the query."""
+        return any(s.connected for s in self.subscriptions if s.node.name in unanswered)
+
     @staticmethod
-    def _settled_depth(probe: DepthProbe) -> tuple[int, set[str]]:
+    def _settled_depth(probe: DepthProbe) -> tuple[int, set[str]] | None:
         """The queue's total depth over the nodes that answered, once ``RECOUNT_AGREEING`` probes
         in a row agree (at most ``RECOUNT_MAX_S``, then the smallest of the last ones; at once
-        when a probe finds nothing), and the nodes that did not answer the last probe."""
+        when a probe finds nothing), and the nodes that did not answer the last probe; ``None``
+        when the probe itself failed."""
         deadline = time.monotonic() + RECOUNT_MAX_S
         seen: list[int] = []
         while True:
@@ -335,7 +345,7 @@ class ClusterConsumer:
                 depths = probe()
             except Exception as exc:  # noqa: BLE001 - the recount only ever adds to a drain
                 log.warning("clustermq: AvailableNow could not measure the queue (%s)", exc)
-                return 0, {"?"}
+                return None
             unknown = {name for name, d in depths.items() if d is None}
             seen.append(sum(d for d in depths.values() if d))
             last = seen[-RECOUNT_AGREEING:]

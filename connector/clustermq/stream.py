@@ -112,9 +112,12 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         )
 
     def prepareForTriggerAvailableNow(self) -> None:
-        from .depth import connection_depths  # the depth probe is driver-only
+        from .depth import QueueDepths, connection_depths  # the probe is driver-only
 
-        depths = connection_depths(self.options.connection)
+        def probe() -> QueueDepths:
+            return connection_depths(self.options.connection)
+
+        depths = probe()
         unknown = [name for name, depth in depths.items() if depth is None]
         if unknown:
             log.warning("clustermq: queue depth unknown on %s; AvailableNow reads what arrives "
@@ -122,8 +125,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         backlog = sum(d for d in depths.values() if d)
         if unknown:
             backlog = max(backlog, 1 << 62)
-        self.consumer.prepare_available_now(
-            backlog, lambda: connection_depths(self.options.connection))
+        self.consumer.prepare_available_now(backlog, probe)
 
     # --------------------------------------------------------------- batches
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
