@@ -149,7 +149,7 @@ def test_cluster_is_configured_as_the_issue_asks(broker: Any) -> None:
         etc = cluster.node_dir(node.index) / "etc"
         xml = (etc / "broker.xml").read_text()
         for fragment in ("<message-load-balancing>ON_DEMAND</message-load-balancing>",
-                         "<redistribution-delay>0</redistribution-delay>",
+                         "<redistribution-delay>1000</redistribution-delay>",
                          "anycastPrefix=/queue/", "<static-connectors>", "<global-max-size>",
                          f"<journal-directory>{cluster.node_dir(node.index)}/data/journal"):
             assert fragment in xml, fragment

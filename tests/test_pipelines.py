@@ -141,7 +141,8 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
     # Every message left on the queue must be one of batch 1's, already in the table: on
     # Artemis, 2 of 5 clean-clone runs (session 13) left one such message, counted on a node but
     # delivered to no consumer for over a minute, resubscribed or not (cause not found; the
-    # restarted run saw 399 of the 400 replayed messages). Classic must end empty.
+    # restarted run saw 399 of the 400 replayed messages; redistribution-delay was 0 then, see
+    # docs/design.md "Redistribution delay"). Classic must end empty.
     seen_again = sum(int(n) for n in re.findall(
         r"^batch \d+: \d+ rows read, \d+ duplicates within the batch, (\d+) already in the table",
         run2, re.M))
