@@ -89,6 +89,23 @@ def committed_rows(out: Path) -> list[tuple[int, bool]]:
     return rows
 
 
+def arrivals_while_cut(out: Path, wanted: set[int], proc: subprocess.Popen, quiet_s: float,
+                       timeout: float) -> set[int]:
+    """The ``wanted`` ids the sink committed: all of them, or those that came before arrivals
+    stopped for ``quiet_s`` (polled every 0.5 s; the driver's death ends the wait too)."""
+    deadline = time.monotonic() + timeout
+    seen: set[int] = set()
+    changed = time.monotonic()
+    while time.monotonic() < deadline and proc.poll() is None:
+        now = wanted & {i for i, _ in committed_rows(out)}
+        if now != seen:
+            seen, changed = now, time.monotonic()
+        if seen == wanted or time.monotonic() - changed >= quiet_s:
+            break
+        time.sleep(0.5)
+    return seen
+
+
 class DriverLog:
     """The driver's log file, and when each line of interest was first seen."""
 
@@ -155,9 +172,25 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
             # the other nodes keep delivering while the victim is cut off
             broker.produce(queue, during, first_id=first, nodes=[0, 2])
             wanted = set(range(first, first + during))
-            wait_for(lambda: wanted <= {i for i, _ in committed_rows(out)} or proc.poll() is not None,
-                     120, "messages produced to the other nodes during the stall", interval=0.5)
+            arrived = arrivals_while_cut(out, wanted, proc, quiet_s=15.0, timeout=120.0)
             assert proc.poll() is None, log.text()[-3000:]
+            # The load generator sends id i to nodes[0, 2][i % 2].
+            missing = Counter("node0" if i % 2 == 0 else "node2" for i in wanted - arrived)
+            delivered = Counter("node0" if i % 2 == 0 else "node2" for i in arrived)
+            print(f"[{broker.flavor}] during the stall: {len(arrived)} of {during} messages "
+                  f"produced to the other nodes arrived {dict(delivered)}; not yet {dict(missing)}")
+            assert set(delivered) == {"node0", "node2"}, f"a direct node stopped: {dict(delivered)}"
+            if broker.flavor == "artemis" or not missing:
+                assert not missing, f"not delivered during the stall: {dict(missing)}"
+            else:
+                # Classic: the cut node's demand can outlive its consumer on the other nodes (a
+                # peer that did not hear of the consumer's end keeps forwarding to it), so part
+                # of a direct node's messages can wait on the cut node (cc21, session 14: 82 of
+                # node 0's 500, while node 1's own bridges were refused as "already
+                # connected"). Not lost: still queued, and every id must be in the sink below.
+                depths = broker.depths(queue)
+                print(f"[{broker.flavor}] depths then: {depths}")
+                assert sum(d or 0 for d in depths.values()) >= sum(missing.values()), depths
             refused_while_stalled = proxy.refused
             assert refused_while_stalled > 0, "the reader did not try to reconnect while cut"
             assert log.count(back) == 0
