@@ -261,6 +261,32 @@ def test_wrong_password_is_refused(cluster: LocalCluster) -> None:
     assert depths[node.name] is None and depths.errors[node.name]
 
 
+def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(
+    cluster: LocalCluster,
+) -> None:
+    """A second OpenWire connection with a client id the node still holds is accepted.
+
+    That is what a network bridge does when it reconnects to a peer that has not noticed its old
+    connection die; refused ("already connected"), the bridge stayed down for minutes in CI
+    (cc21, cc22: a restarted node could not rejoin the mesh). In 5.18.3 only the transport URI's
+    ``allowLinkStealing=true`` enables it; the transportConnector attribute of the same name was
+    measured to have no effect (the probe was refused with it).
+    """
+    from clustermq.localcluster.classic import java_executable
+
+    lib = Path(cluster.state().home) / "lib"
+    jars = [next(lib.glob(pattern)) for pattern in (
+        "activemq-client-*.jar", "jakarta.jms-api-*.jar", "hawtbuf-*.jar", "slf4j-api-*.jar")]
+    node = cluster.state().nodes[0]
+    user, password = cluster.credentials
+    done = subprocess.run(
+        [java_executable(), "-cp", os.pathsep.join(map(str, jars)),
+         str(REPO / "tests" / "drivers" / "LinkStealingProbe.java"), str(node.peer_port), user, password],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "ACCEPTED", done.stdout + done.stderr[-2000:]
+
+
 def test_killed_node_keeps_persisted_message_after_restart(cluster: LocalCluster) -> None:
     creds = cluster.credentials
     node2 = cluster.nodes()[2]
