@@ -274,10 +274,11 @@ def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(
     """
     from clustermq.localcluster.classic import java_executable
 
-    lib = Path(cluster.state().home) / "lib"
+    state = cluster.state()
+    lib = Path(state.home) / "lib"
     jars = [next(lib.glob(pattern)) for pattern in (
         "activemq-client-*.jar", "jakarta.jms-api-*.jar", "hawtbuf-*.jar", "slf4j-api-*.jar")]
-    node = cluster.state().nodes[0]
+    node = state.nodes[0]
     user, password = cluster.credentials
     done = subprocess.run(
         [java_executable(), "-cp", os.pathsep.join(map(str, jars)),

@@ -100,8 +100,8 @@ def test_available_now_recounts_the_queue_before_it_ends(
 
     The start measurement can miss messages: Artemis counts a message it is moving between
     nodes on neither node. Here the missed messages are produced during the first batch, after
-    the measurement; the recount
-    once the measured backlog is read finds them, and the run ends with every node empty.
+    the measurement; the recount once the measured backlog is read finds them, and the run ends
+    with every node empty.
     """
     queue = new_queue("recount")
     broker.produce(queue, 900)
