@@ -17,7 +17,19 @@ ROOT = Path(__file__).resolve().parents[1]
 # 36 s with the default tiered compiler and 26 s with C1 alone, and its warm batches were no
 # slower (session 14, same cluster and table). The tests measure correctness; `make bench`
 # does not go through this file and runs the JVM's defaults.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def _spark_jvm_options(config: pytest.Config) -> str:
+    """C1 only, plus the suite's class-data-sharing archive of Spark's classes when it can be
+    made (tests/spark_cds.py: about 40 s once per venv, then some 4-5 s off every Spark JVM
+    start, of which the suite has dozens)."""
+    from spark_cds import spark_archive
+
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    report = terminal.write_line if terminal is not None else print
+    archive = spark_archive(C1_ONLY, report)
+    return C1_ONLY if archive is None else f"{C1_ONLY} -XX:SharedArchiveFile={archive}"
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +75,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    # Only a run that starts Spark pays for the archive; a value set by the caller wins.
+    if "SPARK_SUBMIT_OPTS" not in os.environ and any(
+        item.get_closest_marker("spark") or item.get_closest_marker("cluster")
+        or "spark" in getattr(item, "fixturenames", ()) for item in items
+    ):
+        os.environ["SPARK_SUBMIT_OPTS"] = _spark_jvm_options(config)
 
 
 FLAVORS_ENV = "CLUSTERMQ_FLAVORS"
