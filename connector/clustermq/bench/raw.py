@@ -48,9 +48,16 @@ class _Counter(stomp.ConnectionListener):
         self.unacked: list[str] = []
         self.last_arrival = time.monotonic()
         self.cond = threading.Condition()
+        # Set when the final ACK is chosen: a message that arrives after it is neither
+        # acknowledged nor counted (the broker gives it to another consumer after the
+        # DISCONNECT), so ``count`` is what this consumer took, never one it handed back.
+        # Counting such a straggler made a competing-consumer test see 3,001 of 3,000.
+        self.closed = False
 
     def on_message(self, frame: stomp.utils.Frame) -> None:
         with self.cond:
+            if self.closed:
+                return
             self.count += 1
             self.last_ack = frame.headers.get("ack")
             if self.last_ack:
@@ -120,6 +127,7 @@ def raw_drain(
                     if total() >= expected:
                         done.set()
                 with counter.cond:
+                    counter.closed = True
                     tail = counter.unacked + counter.pending
                 for ack in (tail[-1:] if ack_mode == "client" else tail):
                     conn.ack(ack)
