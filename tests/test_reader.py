@@ -118,23 +118,40 @@ def test_available_now_ends_soon_when_competing_consumers_emptied_the_queue(
     spark: SparkSession, broker, tmp_path: Path
 ) -> None:
     """A backlog that other consumers took is not waited for: the run ends once two depth
-    probes find the queue empty, long before ``availableNowIdleTimeout`` (120 s here)."""
-    from clustermq.bench.raw import raw_drain
+    probes find the queue empty, long before ``availableNowIdleTimeout`` (120 s here).
+
+    Every message is read by the reader or by the competitor. A message may be read twice only
+    as a broker's copy with the same ``message_id``: a Classic network bridge that fails while
+    forwarding sends again what it had not seen acknowledged (docs/design.md, "Copies made by
+    a failed bridge"); seen in the full suite, where earlier fault tests leave bridges to be
+    rebuilt.
+    """
+    from clustermq.bench.raw import Taken, raw_drain
 
     queue = new_queue("competing")
     total = 3000
     broker.produce(queue, total)
-    taken: list[int] = []
+    taken: list[Taken] = []
 
     def competitor() -> None:  # takes what the reader has not prefetched (200 per node)
-        taken.append(raw_drain(broker.connection(queue), total, idle_timeout_s=3.0).total)
+        taken.extend(raw_drain(broker.connection(queue), total, idle_timeout_s=3.0,
+                               key_header="loadgen_id").taken)
 
     rows, _ = drain(spark, broker.reader_options(queue, maxMessagesPerTrigger=100,
                                                  availableNowIdleTimeout=120_000),
                     tmp_path, timeout=60, during_first_batch=competitor)
-    ids = loadgen_ids(rows)
-    assert taken and taken[0] > 0 and len(ids) == len(set(ids)), (taken, len(ids))
-    assert len(ids) + taken[0] == total, (len(ids), taken)
+    ours = [(int(r["headers"]["loadgen_id"]), r["message_id"], r["redelivered"], "reader")
+            for r in rows.select("headers", "message_id", "redelivered").collect()]
+    theirs = [(int(t.key or -1), t.message_id, t.redelivered, "competitor") for t in taken]
+    assert theirs, "the competing consumer took nothing"
+    deliveries: dict[int, list[tuple]] = {}
+    for delivery in ours + theirs:
+        deliveries.setdefault(delivery[0], []).append(delivery)
+    missing = sorted(set(range(total)) - set(deliveries))
+    assert not missing and len(deliveries) == total, (len(missing), missing[:20])
+    copies = {i: d for i, d in deliveries.items() if len(d) > 1}
+    assert all(len({m for _, m, _, _ in d}) == 1 for d in copies.values()), copies
+    print(f"reader {len(ours)}, competitor {len(theirs)}, read twice {len(copies)}: {copies}")
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 

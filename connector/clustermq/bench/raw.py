@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import stomp
 
 from ..connection import close_connection, open_connection
-from ..dialect import resolve_dialect
+from ..dialect import BrokerDialect, resolve_dialect
 from ..nodes import Node
 from ..options import ConnectionOptions
+
+
+@dataclass(frozen=True)
+class Taken:
+    """One message a raw consumer took, for tests that must say who read what."""
+
+    node: str
+    key: str | None  # the value of the header ``raw_drain`` was asked to record
+    message_id: str | None  # as the reader's ``message_id`` column has it (the dialect's)
+    redelivered: bool
 
 
 @dataclass
@@ -27,6 +37,8 @@ class DrainResult:
     seconds: float
     per_node: dict[str, int]
     stalled: bool = False
+    #: every message taken, when ``raw_drain`` was given a ``key_header``
+    taken: list[Taken] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -40,8 +52,12 @@ _QUIET_S = 0.1
 class _Counter(stomp.ConnectionListener):
     """Counts deliveries and keeps the ack id of every ``ack_every``-th for the main thread."""
 
-    def __init__(self, ack_every: int) -> None:
+    def __init__(self, ack_every: int, key_header: str | None = None) -> None:
         self.ack_every = ack_every
+        self.key_header = key_header
+        self.taken: list[Taken] = []
+        self.node = ""
+        self.dialect: BrokerDialect | None = None
         self.count = 0
         self.last_ack: str | None = None
         self.pending: list[str] = []
@@ -59,6 +75,12 @@ class _Counter(stomp.ConnectionListener):
             if self.closed:
                 return
             self.count += 1
+            if self.key_header is not None:
+                headers = frame.headers
+                self.taken.append(Taken(
+                    self.node, headers.get(self.key_header),
+                    self.dialect.message_id(headers, self.node) if self.dialect else None,
+                    headers.get("redelivered") == "true"))
             self.last_ack = frame.headers.get("ack")
             if self.last_ack:
                 self.unacked.append(self.last_ack)
@@ -90,14 +112,16 @@ def raw_drain(
     ack_every: int = 1000,
     idle_timeout_s: float = 30.0,
     ack_mode: str = "client",
+    key_header: str | None = None,
 ) -> DrainResult:
     """Consume until ``expected`` messages arrived over all nodes; ACK every ``ack_every``.
 
     ACKs are sent from the node's own thread, never from stomp.py's receiver thread (which
-    deadlocks on a full socket buffer, measured in the reader).
+    deadlocks on a full socket buffer, measured in the reader). ``key_header`` names a header
+    to record per message taken, so a test can say which messages this consumer took.
     """
     nodes: list[Node] = list(options.nodes)
-    counters = [_Counter(ack_every) for _ in nodes]
+    counters = [_Counter(ack_every, key_header) for _ in nodes]
     done = threading.Event()
     errors: list[BaseException] = []
     started = time.monotonic()
@@ -107,10 +131,12 @@ def raw_drain(
 
     def run(index: int, node: Node) -> None:
         counter = counters[index]
+        counter.node = node.name
         try:
             conn, connected = open_connection(node, options, counter, "bench-raw")
             try:
                 dialect = resolve_dialect(options.flavor, connected.get("server"))
+                counter.dialect = dialect  # set before SUBSCRIBE, the first delivery needs it
                 conn.subscribe(
                     dialect.destination(options.queue), id=f"raw-{index}", ack=ack_mode,
                     headers=dialect.subscribe_headers(prefetch, 1 << 26),
@@ -128,7 +154,7 @@ def raw_drain(
                         done.set()
                 with counter.cond:
                     counter.closed = True
-                    tail = counter.unacked + counter.pending
+                    tail = counter.pending + counter.unacked  # oldest first: tail[-1] is newest
                 for ack in (tail[-1:] if ack_mode == "client" else tail):
                     conn.ack(ack)
             finally:
@@ -161,4 +187,5 @@ def raw_drain(
         t.join(timeout=30)
     if errors:
         raise errors[0]
-    return DrainResult(seconds, {n.name: c.count for n, c in zip(nodes, counters)}, stalled)
+    return DrainResult(seconds, {n.name: c.count for n, c in zip(nodes, counters)}, stalled,
+                       [t for c in counters for t in c.taken])
