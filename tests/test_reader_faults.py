@@ -116,13 +116,26 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
             f"missing {len(missing)} (e.g. {sorted(missing)[:5]}); depths now "
             f"{broker.settled_depths(queue)}, dead letters {broker.depths('ActiveMQ.DLQ')}; "
             "driver log:\n" + connector_lines(log.read_text(), 40))
-    duplicates = len(ids) - len(set(ids))
-    rows = spark.read.parquet(str(out))
-    # duplicates can only come from redelivery, and are flagged so sinks can drop them
-    dup_ids = rows.groupBy(F.col("headers")["loadgen_id"].alias("i")).count().where("count > 1")
-    if duplicates:
-        flagged = rows.join(dup_ids, F.col("headers")["loadgen_id"] == dup_ids["i"]).where("redelivered").count()
-        assert flagged >= dup_ids.count()
+    # Duplicates come only from redelivery, as the README says a sink can find them. Classic:
+    # the copy is flagged ``redelivered``. Artemis does not flag all of them: of 400 written
+    # twice in session 16's cc3, 132 were flagged, 237 came again from the same node with the
+    # same message_id and no flag (found by ``--dedupe all``), 31 were moved to another node
+    # with a new message_id (found by a producer id, here ``loadgen_id``).
+    copies: dict[int, list[tuple[bool, str, str]]] = {}
+    for r in spark.read.parquet(str(out)).select(
+            F.col("headers")["loadgen_id"].cast("int").alias("i"), "redelivered", "node",
+            "message_id").collect():
+        copies.setdefault(r["i"], []).append((r["redelivered"], r["node"], r["message_id"]))
+
+    def explained(c: list[tuple[bool, str, str]]) -> bool:
+        if any(flag for flag, _, _ in c):
+            return True
+        same_message = len({m for _, _, m in c}) == 1
+        moved = len({node for _, node, _ in c}) > 1
+        return broker.flavor == "artemis" and (same_message or moved)
+
+    unexplained = {i: c for i, c in copies.items() if len(c) > 1 and not explained(c)}
+    assert not unexplained, (len(unexplained), list(unexplained.items())[:5])
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
