@@ -86,7 +86,7 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
                        f"(last commit: batch {max(batch_files(checkpoint, 'commits'), default=-1)})")
 
     proc = start_job("queue_to_delta.py",
-                     [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "10000"],
+                     [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "20000"],
                      env, log)
     assert finish(proc, 600, log) == 0, f"seed {seed}:\n{tail(log)}"
 
