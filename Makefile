@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 # The pinned Delta jars (conf/delta/pom.xml) into .cache/clustermq/delta/: SparkSessions read
 # them from there and never download at start.
 delta: $(STAMP)
-	$(BIN)/python -m clustermq.delta
+	$(BIN)/python -m clustermq.pipelines.delta_jars
 
 brokers: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic artemis
@@ -37,7 +37,7 @@ unit: $(STAMP)
 BENCH_SCALE ?= 0.3
 
 bench: setup
-	$(BIN)/python -m clustermq.bench.run --scale $(BENCH_SCALE) --out bench-results --doc docs/benchmarks.md
+	$(BIN)/python -m clustermq.devtools.bench.run --scale $(BENCH_SCALE) --out bench-results --doc docs/benchmarks.md
 
 demo: setup
 	$(BIN)/clustermq demo

@@ -10,6 +10,6 @@ python="${PYTHON:-$repo/.venv/bin/python}"
 flavors=("$@"); [ ${#flavors[@]} -gt 0 ] || flavors=(classic artemis)
 for flavor in "${flavors[@]}"; do
   PYTHONPATH="$repo/connector${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
-    'import sys; from clustermq.localcluster.fetch import ensure_distribution as e; print(e(sys.argv[1], progress=print))' \
+    'import sys; from clustermq.devtools.localcluster.fetch import ensure_distribution as e; print(e(sys.argv[1], progress=print))' \
     "$flavor"
 done

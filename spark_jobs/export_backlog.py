@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from clustermq.delta import DeltaJarsMissing, delta_session
-from clustermq.jobs import (
+from clustermq.pipelines.delta_jars import DeltaJarsMissing, delta_session
+from clustermq.pipelines.jobs import (
     JobConfigError,
     StreamProgress,
     job_logging,
@@ -119,7 +119,7 @@ def _watch_tasks(spark: Any, nodes: int, stop: threading.Event) -> None:
 
 
 def _drain(spark: Any, args: argparse.Namespace, backlog: int | None) -> int:
-    from clustermq.delta_sink import IdempotentDeltaWriter
+    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
     options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
                              args.reader_options)

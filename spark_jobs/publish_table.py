@@ -22,8 +22,13 @@ import argparse
 import sys
 from typing import Any
 
-from clustermq.delta import DeltaJarsMissing, delta_session
-from clustermq.jobs import JobConfigError, credentials_from_env, job_logging, parse_key_values
+from clustermq.pipelines.delta_jars import DeltaJarsMissing, delta_session
+from clustermq.pipelines.jobs import (
+    JobConfigError,
+    credentials_from_env,
+    job_logging,
+    parse_key_values,
+)
 
 FORMATS = ("delta", "parquet")
 

@@ -13,7 +13,7 @@ each body is also parsed into those columns, plus ``_corrupt``: a body that does
 parsed columns null and its text in ``_corrupt`` (the exact bytes stay in ``body``); every
 batch line counts them ("N unparsable"). Each batch is appended with Delta's txnAppId (the query id)
 and txnVersion (the batch id), and rows are de-duplicated by ``message_id``: see
-``clustermq.delta_sink`` and the README for the guarantee and its limits.
+``clustermq.pipelines.delta_sink`` and the README for the guarantee and its limits.
 
 Settings: flags win over the ``[queue_to_delta]`` section of ``--config``; further reader
 options go in its ``[reader_options]`` section or in ``--option``. Credentials come only from
@@ -26,11 +26,11 @@ import argparse
 import os
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
-from clustermq.delta import DeltaJarsMissing, delta_session
-from clustermq.delta_sink import DEDUPE_SCOPES, BatchReport, start_queue_to_delta
-from clustermq.jobs import (
+from clustermq.pipelines.delta_jars import DeltaJarsMissing, delta_session
+from clustermq.pipelines.delta_sink import DEDUPE_SCOPES, BatchReport, start_queue_to_delta
+from clustermq.pipelines.jobs import (
     JobConfigError,
     body_parse,
     job_logging,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from clustermq.jobs import job_logging
-from clustermq.session import local_session
+from clustermq.pipelines.jobs import job_logging
+from clustermq.pipelines.session import local_session
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

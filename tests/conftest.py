@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from clustermq.devtools.localcluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,10 +39,10 @@ def _spark_jvm_options(config: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator["SparkSession"]:
+def spark() -> Iterator[SparkSession]:
     """The suite's one Spark session, with Delta: Delta's jars must be on the class path when
     the JVM starts, so the first session of the process has to carry them."""
-    from clustermq.delta import delta_session
+    from clustermq.pipelines.delta_jars import delta_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Spark's Python workers must import test modules that define probe sources.
@@ -102,7 +108,7 @@ def cluster_flavors() -> list[str]:
 
 
 @pytest.fixture(scope="session", params=cluster_flavors())
-def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A real 3-node cluster of the parametrised flavor on dynamic loopback ports.
 
     Classic: a network of brokers; Artemis: a symmetric cluster. Session-scoped per flavor:
@@ -110,7 +116,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     """
     import time
 
-    from clustermq.localcluster.cluster import LocalCluster
+    from clustermq.devtools.localcluster.cluster import LocalCluster
 
     flavor = request.param
     local = LocalCluster(tmp_path_factory.mktemp(f"cluster-{flavor}"))
@@ -143,7 +149,7 @@ def _killed_nodes_restarted(request: pytest.FixtureRequest) -> Iterator[None]:
 class Broker:
     """Test-side helpers around the live cluster: produce, depth, reader options."""
 
-    def __init__(self, cluster: "LocalCluster") -> None:
+    def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
 
     @property
@@ -175,7 +181,7 @@ class Broker:
         """Send with the plain stomp.py load generator (optionally to a subset of nodes)."""
         import dataclasses
 
-        from clustermq.loadgen import LoadSpec, produce
+        from clustermq.devtools.loadgen import LoadSpec, produce
 
         conn = self.connection(queue)
         if nodes is not None:
@@ -192,7 +198,7 @@ class Broker:
         """
         import time
 
-        from clustermq.depth import queue_depths
+        from clustermq.broker.depth import queue_depths
 
         username, password = self.cluster.credentials
         nodes = list(self.cluster.nodes())
@@ -248,7 +254,7 @@ class Broker:
 
 
 @pytest.fixture(scope="session")
-def broker(cluster: "LocalCluster") -> Broker:
+def broker(cluster: LocalCluster) -> Broker:
     return Broker(cluster)
 
 

@@ -28,8 +28,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "clustermq" / "spark-cds"
@@ -39,7 +39,7 @@ _WORKLOAD = textwrap.dedent(
     """
     import sys, time
     from pyspark import SparkContext
-    from clustermq.delta import delta_session
+    from clustermq.pipelines.delta_jars import delta_session
 
     table = sys.argv[1]
     spark = delta_session("clustermq-cds", extra_conf={
@@ -82,7 +82,7 @@ def _java() -> str:
 
 def _archive_key() -> str:
     """A digest of what decides whether a JVM can map the archive."""
-    from clustermq.delta import delta_jars, spark_jars_dir
+    from clustermq.pipelines.delta_jars import delta_jars, spark_jars_dir
 
     digest = hashlib.sha256()
     version = subprocess.run([_java(), "-version"], capture_output=True, text=True, timeout=60)

@@ -34,7 +34,7 @@ Mode = Literal["pass", "stall", "drop"]
 class _Pair:
     """One client connection and its upstream connection, pumped by one thread."""
 
-    def __init__(self, proxy: "TcpProxy", client: socket.socket, upstream: socket.socket) -> None:
+    def __init__(self, proxy: TcpProxy, client: socket.socket, upstream: socket.socket) -> None:
         self.proxy = proxy
         self.client = client
         self.upstream = upstream
@@ -166,7 +166,7 @@ class TcpProxy:
         while not self._stopping.is_set():
             try:
                 client, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -207,7 +207,7 @@ class TcpProxy:
             pair.close()
             pair.thread.join(timeout=5)
 
-    def __enter__(self) -> "TcpProxy":
+    def __enter__(self) -> TcpProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -28,7 +28,7 @@ from conftest import cluster_flavors
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def ON_ARTEMIS(test: F) -> F:  # noqa: N802 - reads as a marker
+def ON_ARTEMIS(test: F) -> F:
     """Run ``test`` on the session's Artemis cluster (shared with the other modules), marked
     ``cluster``; skipped when ``CLUSTERMQ_FLAVORS`` leaves Artemis out."""
     marks = [
@@ -61,7 +61,7 @@ class Frames(stomp.ConnectionListener):
     """Frames from stomp.py's receiver thread, for the test's thread (which does all sending)."""
 
     def __init__(self) -> None:
-        self.frames: "queue_mod.Queue[tuple[str, Any]]" = queue_mod.Queue()
+        self.frames: queue_mod.Queue[tuple[str, Any]] = queue_mod.Queue()
         self.connected = threading.Event()
 
     def on_connected(self, frame: Any) -> None:
@@ -124,7 +124,7 @@ def subscribe(
 def close(conn: stomp.Connection12) -> None:
     try:
         conn.disconnect()
-    except Exception:  # noqa: BLE001 - the socket is gone already
+    except Exception:
         pass
 
 
@@ -137,8 +137,8 @@ def total_depth(broker: Any, queue: str) -> int:
 
 @ON_ARTEMIS
 def test_cluster_is_configured_as_the_issue_asks(broker: Any) -> None:
-    from clustermq.localcluster.artemis import ArtemisFlavor
-    from clustermq.localcluster.stompprobe import stomp_connect
+    from clustermq.devtools.localcluster.artemis import ArtemisFlavor
+    from clustermq.devtools.localcluster.stompprobe import stomp_connect
 
     cluster = broker.cluster
     state = cluster.state()
@@ -275,8 +275,8 @@ def test_broker_drops_a_retried_writer_task_by_duplicate_id(broker: Any) -> None
     """A re-run batch (same job, batch and partition: the same ``clustermq_id``s) is written and
     moved twice; the broker keeps one copy of each, by ``_AMQ_DUPL_ID``."""
     from clustermq.options import WriteOptions
-    from clustermq.staging import ID_HEADER, StagedTask, move_job, staging_queue
-    from clustermq.writer import InputLayout, TaskIdentity, write_task
+    from clustermq.write.staging import ID_HEADER, StagedTask, move_job, staging_queue
+    from clustermq.write.writer import InputLayout, TaskIdentity, write_task
 
     queue = new_queue("dupl")
     count = 500
@@ -349,7 +349,7 @@ def test_same_duplicate_id_sent_twice_is_one_message(broker: Any) -> None:
 
 
 def test_artemis_dialect_refuses_browse_and_reads_its_own_headers() -> None:
-    from clustermq.dialect import ArtemisDialect, detect_dialect
+    from clustermq.broker.dialect import ArtemisDialect, detect_dialect
 
     dialect = detect_dialect("ActiveMQ-Artemis/2.40.0 ActiveMQ Artemis Messaging Engine")
     assert isinstance(dialect, ArtemisDialect) and not dialect.transactional_ack
@@ -364,8 +364,12 @@ def test_artemis_dialect_refuses_browse_and_reads_its_own_headers() -> None:
 
 def test_bridge_log_lines_give_the_connected_peers() -> None:
     """The readiness mesh check reads Artemis's bridge log lines (formats as logged by 2.40.0)."""
-    from clustermq.localcluster.artemis import ArtemisFlavor, cluster_password, properties_escape
-    from clustermq.localcluster.state import ClusterState, NodeState
+    from clustermq.devtools.localcluster.artemis import (
+        ArtemisFlavor,
+        cluster_password,
+        properties_escape,
+    )
+    from clustermq.devtools.localcluster.state import ClusterState, NodeState
 
     state = ClusterState(flavor="artemis", version="2.40.0", home="/x", username="u", password="p", nodes=[
         NodeState(index=i, name=f"node{i}", host="127.0.0.1", stomp_port=1000 + i, peer_port=2000 + i)

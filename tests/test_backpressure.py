@@ -33,7 +33,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from clustermq.bench.probes import MemorySampler
+from clustermq.devtools.bench.probes import MemorySampler
 from test_reader_faults import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -53,7 +53,7 @@ ARTEMIS_WINDOW = PREFETCH * (BODY + 512)  # subscription._window_bytes with both
 def bytes_per_buffered_message() -> int:
     """What one buffered message costs in the reader (BufferedMessage + headers + body),
     measured with tracemalloc on messages shaped like the load generator's."""
-    from clustermq.subscription import BufferedMessage
+    from clustermq.read.subscription import BufferedMessage
 
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

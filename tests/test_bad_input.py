@@ -33,25 +33,25 @@ import json
 import random
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clustermq.connection import close_connection, open_connection
-from clustermq.dialect import resolve_dialect
+from clustermq.broker.connection import close_connection, open_connection
+from clustermq.broker.dialect import resolve_dialect
 from clustermq.options import MAX_QUEUE_NAME_BYTES, WriteOptions
-from clustermq.publisher import MessageRefused
-from clustermq.writer import InputLayout, TaskIdentity, write_task
+from clustermq.write.publisher import MessageRefused
+from clustermq.write.writer import InputLayout, TaskIdentity, write_task
 from test_reader import drain, new_queue
 from test_reader_faults import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[1]
-#: conf/classic's transport.maxFrameSize (clustermq.localcluster.classic.MAX_FRAME_SIZE)
+#: conf/classic's transport.maxFrameSize (clustermq.devtools.localcluster.classic.MAX_FRAME_SIZE)
 CLASSIC_MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -195,7 +195,7 @@ def test_a_body_over_the_max_frame_size_fails_naming_the_row_and_publishes_nothi
     with pytest.raises(Exception) as err:
         write(df, broker, queue)
     text = str(err.value)
-    assert f"row 2 of partition 0 (clustermq_id " in text, text[-3000:]
+    assert "row 2 of partition 0 (clustermq_id " in text, text[-3000:]
     assert f"{size:,}-byte body was refused by the brokers" in text
     assert text.count("The maximum frame size was exceeded") == len(broker.cluster.nodes())
     assert dict(broker.depths(queue)) == zero(broker)
@@ -365,8 +365,8 @@ def test_poison_messages_are_kept_in_corrupt_never_dropped(
 ) -> None:
     """queue_to_delta --parse json: good and poison messages in; one row per message out,
     poison rows with ``_corrupt`` set and parsed columns null, counted; the queue ends empty."""
-    from clustermq.delta_sink import BatchReport, start_queue_to_delta
-    from clustermq.jobs import reader_options, run_until_done
+    from clustermq.pipelines.delta_sink import BatchReport, start_queue_to_delta
+    from clustermq.pipelines.jobs import reader_options, run_until_done
 
     queue, good = new_queue("qpoison"), 30
     messages = [(json.dumps({"order": i, "customer": f"c{i % 4}", "extra": [i]}).encode(),

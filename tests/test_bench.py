@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from clustermq.bench.run import main
+from clustermq.devtools.bench.run import main
 
 # The script is flavor-agnostic (it starts its own cluster under `make bench`); one flavor suffices.
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.flavors("classic")]

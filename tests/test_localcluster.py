@@ -23,14 +23,19 @@ from pathlib import Path
 import pytest
 import stomp
 
-from clustermq.depth import QueueDepths, format_depth_table, normalize_queue_name, queue_depths
-from clustermq.localcluster import ClusterStartError, LocalCluster, get_flavor
-from clustermq.localcluster.classic import ClassicFlavor
-from clustermq.localcluster.ports import free_ports, node_ports
-from clustermq.localcluster.state import ClusterState, NodeState
-from clustermq.localcluster.stompprobe import stomp_connect
-from clustermq.localcluster.templates import render
-from clustermq.nodes import Node, parse_nodes
+from clustermq.broker.depth import (
+    QueueDepths,
+    format_depth_table,
+    normalize_queue_name,
+    queue_depths,
+)
+from clustermq.broker.nodes import Node, parse_nodes
+from clustermq.devtools.localcluster import ClusterStartError, LocalCluster, get_flavor
+from clustermq.devtools.localcluster.classic import ClassicFlavor
+from clustermq.devtools.localcluster.ports import free_ports, node_ports
+from clustermq.devtools.localcluster.state import ClusterState, NodeState
+from clustermq.devtools.localcluster.stompprobe import stomp_connect
+from clustermq.devtools.localcluster.templates import render
 
 pytestmark = pytest.mark.cluster
 
@@ -54,7 +59,7 @@ def poll(check: Callable[[], object], timeout: float, what: str, interval: float
 
 class Collector(stomp.ConnectionListener):
     def __init__(self) -> None:
-        self.messages: "queue.Queue[stomp.utils.Frame]" = queue.Queue()
+        self.messages: queue.Queue[stomp.utils.Frame] = queue.Queue()
         self.receipts: set[str] = set()
         self.errors: list[str] = []
         self.connected = threading.Event()
@@ -272,7 +277,7 @@ def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(
     ``allowLinkStealing=true`` enables it; the transportConnector attribute of the same name was
     measured to have no effect (the probe was refused with it).
     """
-    from clustermq.localcluster.classic import java_executable
+    from clustermq.devtools.localcluster.classic import java_executable
 
     state = cluster.state()
     lib = Path(state.home) / "lib"
@@ -393,7 +398,7 @@ def test_queue_name_validation() -> None:
 def test_fetch_is_safe_with_concurrent_callers(tmp_path: Path) -> None:
     """Two processes fetch into an empty cache at once: one extraction, same complete tree."""
     env = {**os.environ, "CLUSTERMQ_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO / "connector")}
-    code = "from clustermq.localcluster.fetch import ensure_distribution; print(ensure_distribution())"
+    code = "from clustermq.devtools.localcluster.fetch import ensure_distribution; print(ensure_distribution())"
     procs = [
         subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)

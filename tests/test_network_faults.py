@@ -271,7 +271,7 @@ def test_broker_redelivers_what_a_stalled_consumer_held(broker) -> None:
     """
     import stomp
 
-    from clustermq.connection import close_connection, open_connection
+    from clustermq.broker.connection import close_connection, open_connection
     from clustermq.options import parse_connection_options
 
     queue = f"test.redeliver.{uuid.uuid4().hex[:8]}"

@@ -23,7 +23,6 @@ from test_reader_faults import (
     acknowledged_in_log,
     connector_lines,
     kill_group,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -159,7 +158,7 @@ def reader_rows(spark: SparkSession, ids: list[int], redelivered: bool):  # type
     """Rows shaped exactly like the reader's output (its schema), one per id."""
     import datetime
 
-    from clustermq.schema import READ_SCHEMA_DDL
+    from clustermq.read.schema import READ_SCHEMA_DDL
 
     now = datetime.datetime.now(datetime.timezone.utc)
     data = [("127.0.0.1:1", "/queue/q", f"ID:m-{i}", f"g{i % 3}", i, redelivered, 4, now,
@@ -176,7 +175,7 @@ def test_replay_of_a_committed_batch_with_other_messages_keeps_every_message_onc
     they still have; a network of brokers moves messages between nodes). Delta skips the
     replay's append (txnVersion); the sink must append the messages that are not in the table.
     """
-    from clustermq.delta_sink import IdempotentDeltaWriter
+    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
     path = str(tmp_path / "table")
 
@@ -348,7 +347,7 @@ def test_publish_table_round_trips_through_the_reader_with_its_column_mapping(
 
 def test_an_id_header_catches_copies_with_a_new_message_id(dspark: SparkSession, tmp_path: Path) -> None:
     """Artemis re-ids a message it moves between nodes, without the redelivered flag."""
-    from clustermq.delta_sink import IdempotentDeltaWriter
+    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
     path = str(tmp_path / "table")
     writer = IdempotentDeltaWriter(path, dedupe="all", id_header="loadgen_id")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermq.jobs import JobConfigError, load_config, merge_settings, parse_key_values
+from clustermq.pipelines.jobs import JobConfigError, load_config, merge_settings, parse_key_values
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_the_shipped_config_file_parses() -> None:
 
 
 def test_the_delta_pin_and_a_missing_cache_error_that_names_make_setup(tmp_path: Path) -> None:
-    from clustermq.delta import DeltaJarsMissing, delta_jars, pinned_artifact
+    from clustermq.pipelines.delta_jars import DeltaJarsMissing, delta_jars, pinned_artifact
 
     assert pinned_artifact() == ("delta-spark_4.2_2.13", "4.4.0")
     with pytest.raises(DeltaJarsMissing, match="make setup"):
@@ -72,7 +72,7 @@ def test_the_delta_pin_and_a_missing_cache_error_that_names_make_setup(tmp_path:
 
 
 def test_jars_pyspark_ships_are_recognised_by_artifact_id(tmp_path: Path) -> None:
-    from clustermq.delta import _artifacts_in
+    from clustermq.pipelines.delta_jars import _artifacts_in
 
     for name in ("scala-library-2.13.18.jar", "zstd-jni-1.5.7-7.jar", "spark-core_2.13-4.2.0.jar"):
         (tmp_path / name).write_bytes(b"")
@@ -80,8 +80,8 @@ def test_jars_pyspark_ships_are_recognised_by_artifact_id(tmp_path: Path) -> Non
 
 
 def test_batch_read_refuses_drain_and_artemis_before_any_task() -> None:
-    from clustermq.browse import check_browse_mode
     from clustermq.options import OptionError, ReadOptions
+    from clustermq.read.browse import check_browse_mode
 
     base = {"brokers": "127.0.0.1:1", "queue": "q"}
     with pytest.raises(OptionError, match="export_backlog.py --mode drain"):

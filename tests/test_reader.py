@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -126,7 +126,7 @@ def test_available_now_ends_soon_when_competing_consumers_emptied_the_queue(
     a failed bridge"); seen in the full suite, where earlier fault tests leave bridges to be
     rebuilt.
     """
-    from clustermq.bench.raw import Taken, raw_drain
+    from clustermq.devtools.bench.raw import Taken, raw_drain
 
     queue = new_queue("competing")
     total = 3000

@@ -16,20 +16,20 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from conftest import cluster_flavors
 from pyspark.sql import SparkSession
 
-from clustermq.connection import NodeUnavailable, close_connection, open_connection, redact
-from clustermq.depth import queue_depths
-from clustermq.loadgen import LoadSpec, produce
-from clustermq.localcluster.cluster import LocalCluster
-from clustermq.localcluster.stompprobe import stomp_connect
-from clustermq.localcluster.tls import generate_ca, keystore_password
+from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection, redact
+from clustermq.broker.depth import queue_depths
+from clustermq.devtools.loadgen import LoadSpec, produce
+from clustermq.devtools.localcluster.cluster import LocalCluster
+from clustermq.devtools.localcluster.stompprobe import stomp_connect
+from clustermq.devtools.localcluster.tls import generate_ca, keystore_password
 from clustermq.options import OptionError, ReadOptions, WriteOptions, parse_connection_options
+from conftest import cluster_flavors
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
@@ -99,7 +99,7 @@ class CapturedLogs:
         self.handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
         self.levels: dict[str, int] = {}
 
-    def __enter__(self) -> "CapturedLogs":
+    def __enter__(self) -> CapturedLogs:
         for name in self.NAMES:
             logger = logging.getLogger(name)
             self.levels[name] = logger.level
@@ -175,7 +175,7 @@ def test_cluster_records_ca_and_prints_tls_brokers_without_keystore_password(tls
     assert tls_cluster.tls and Path(tls_cluster.ca_file or "").is_file()
     assert all(b.startswith("stomp+ssl://127.0.0.1:") for b in tls_cluster.brokers.split(","))
     done = subprocess.run(
-        [sys.executable, "-m", "clustermq.cli", "cluster", "status", "--dir", str(tls_cluster.dir)],
+        [sys.executable, "-m", "clustermq.devtools.cli", "cluster", "status", "--dir", str(tls_cluster.dir)],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -304,7 +304,7 @@ def test_tls_round_trip_and_the_password_is_nowhere(
 def test_jobs_measure_the_backlog_over_tls_with_the_readers_ca(tls_cluster: LocalCluster) -> None:
     """export_backlog's depth probe connects as the reader does: with ``sslCaFile`` it gets
     every node's depth; without it (system trust store) the nodes are reported unreachable."""
-    from clustermq.jobs import measure_backlog
+    from clustermq.pipelines.jobs import measure_backlog
 
     queue = new_queue("backlog")
     produced = produce(parse_connection_options(lowered(options(tls_cluster, queue))),

@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from clustermq.dialect import ArtemisDialect, ClassicDialect, detect_dialect
-from clustermq.nodes import format_nodes, parse_nodes
-from clustermq.offsets import allocate, make_offsets, parse_offsets
-from clustermq.options import OptionError, ReadOptions, Secret
-from clustermq.partitioning import bucket_for_group, bucket_for_ungrouped, group_hash
+from clustermq.broker.dialect import ArtemisDialect, ClassicDialect, detect_dialect
+from clustermq.broker.nodes import format_nodes, parse_nodes
+from clustermq.broker.settings import Secret
+from clustermq.groups import bucket_for_group, bucket_for_ungrouped, group_hash
+from clustermq.options import OptionError, ReadOptions
+from clustermq.read.offsets import allocate, make_offsets, parse_offsets
 
 BROKERS = "127.0.0.1:61613,127.0.0.1:61623,127.0.0.1:61633"
 
@@ -145,7 +146,7 @@ def test_allocate_is_fair_and_respects_limits() -> None:
 def test_group_hash_is_stable_across_processes() -> None:
     here = [bucket_for_group(f"customer-{i}", 7) for i in range(50)]
     code = (
-        "from clustermq.partitioning import bucket_for_group;"
+        "from clustermq.groups import bucket_for_group;"
         "print([bucket_for_group(f'customer-{i}', 7) for i in range(50)])"
     )
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -218,7 +219,7 @@ class _Frame:
 def test_available_now_does_not_count_a_second_delivery_of_a_message() -> None:
     """A copy (same message id) raises AvailableNow's target by one, so the last real message
     is still read; a message given back on a lost connection is not a copy when it returns."""
-    from clustermq.consumer import ClusterConsumer
+    from clustermq.read.consumer import ClusterConsumer
 
     consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
     sub = consumer.subscriptions[0]
@@ -246,8 +247,8 @@ def test_available_now_recounts_once_before_it_ends(monkeypatch: pytest.MonkeyPa
     """Once the backlog measured at start is read, a recount that settles on messages still
     queued (the start probe missed them) extends the run once; a recount that finds only ACKs
     the broker had not processed yet (depth falling to 0) ends it."""
-    import clustermq.consumer as consumer_mod
-    from clustermq.consumer import ClusterConsumer
+    import clustermq.read.consumer as consumer_mod
+    from clustermq.read.consumer import ClusterConsumer
 
     monkeypatch.setattr(consumer_mod, "RECOUNT_INTERVAL_S", 0.0)
     consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
@@ -283,8 +284,8 @@ def test_available_now_ends_early_only_on_a_queue_found_empty_twice(
     empty; messages still counted on a node (a stalled bridge holds them) keep it waiting."""
     import time
 
-    import clustermq.consumer as consumer_mod
-    from clustermq.consumer import ClusterConsumer
+    import clustermq.read.consumer as consumer_mod
+    from clustermq.read.consumer import ClusterConsumer
 
     monkeypatch.setattr(consumer_mod, "EMPTY_CHECK_INTERVAL_S", 0.0)
     monkeypatch.setattr(consumer_mod, "RECOUNT_INTERVAL_S", 0.0)
@@ -326,7 +327,7 @@ def test_available_now_ends_early_only_on_a_queue_found_empty_twice(
 
 
 def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
-    from clustermq.copies import RecentIds
+    from clustermq.read.copies import RecentIds
 
     recent = RecentIds(capacity=3)
     assert not recent.seen_before("a") and not recent.seen_before("a")  # inactive: no memory

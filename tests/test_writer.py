@@ -14,18 +14,18 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
-from clustermq.partitioning import bucket_for_group
-from clustermq.staging import move_job, staging_queue, StagedTask
-from clustermq.writer import InputLayout, TaskIdentity, write_task
+from clustermq.write.staging import StagedTask, move_job, staging_queue
+from clustermq.write.writer import InputLayout, TaskIdentity, write_task
 from test_reader import drain, new_queue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -346,7 +346,7 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
     and its move drops the old attempt's staged copies: every row is in the queue at least
     once, copies carry the same id (Classic) or are dropped by the broker (Artemis).
     """
-    from clustermq.staging import MoveError
+    from clustermq.write.staging import MoveError
 
     cluster = broker.cluster
     nodes = names(broker)
@@ -362,7 +362,7 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
     def move() -> None:
         try:
             move_job(options, job, [StagedTask(first.task_tag, first.counts)], queue)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        except BaseException as exc:
             failure.append(exc)
 
     mover = threading.Thread(target=move)

@@ -5,15 +5,21 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
-    BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
 )
 
-from clustermq.load_balancing import failover_order, group_node, job_key, task_node
+from clustermq.broker.dialect import ClassicDialect
+from clustermq.groups import bucket_for_group
 from clustermq.options import OptionError, WriteOptions
-from clustermq.partitioning import bucket_for_group
-from clustermq.staging import final_headers, staging_queue
-from clustermq.dialect import ClassicDialect
-from clustermq.writer import InputError, MessageBuilder, input_layout
+from clustermq.write.load_balancing import failover_order, group_node, job_key, task_node
+from clustermq.write.staging import final_headers, staging_queue
+from clustermq.write.writer import InputError, MessageBuilder, input_layout
 
 _TYPES = {"string": StringType(), "binary": BinaryType(), "int": IntegerType(), "long": LongType(),
           "map<string,string>": MapType(StringType(), StringType()),
@@ -124,7 +130,7 @@ def test_staged_headers_become_final_headers() -> None:
 
 
 def test_classic_names_a_header_value_outside_the_bmp_and_artemis_accepts_it() -> None:
-    from clustermq.dialect import ArtemisDialect
+    from clustermq.broker.dialect import ArtemisDialect
 
     fine = {"a": "plain", "b": "é ü 中 \uffff", "c": ""}
     assert ClassicDialect().header_value_problem(fine) is None

@@ -10,19 +10,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import ssl
-from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from .nodes import Node, TlsSettings, parse_nodes
+from clustermq.broker.nodes import Node, TlsSettings, parse_nodes
+from clustermq.broker.settings import ConnectionOptions, ReconnectPolicy, Secret
+from clustermq.errors import OptionError
 
 FLAVORS = ("auto", "classic", "artemis")
 ACK_MODES = ("client", "client-individual")
 LOAD_BALANCING_POLICIES = ("roundRobin", "random", "randomSticky", "firstElement")
 READ_MODES = ("browse", "drain")
-
-
-class OptionError(ValueError):
-    """A bad option value; the message names the option and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -187,63 +185,6 @@ def check_queue_name(queue: str) -> str:
     return queue
 
 
-@dataclass(frozen=True)
-class Secret:
-    """A password that never shows itself in logs, errors or ``repr()``."""
-
-    _value: str = field(repr=False)
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-
-@dataclass(frozen=True)
-class ReconnectPolicy:
-    """Back-off between reconnect attempts, named as in ActiveMQ's failover transport."""
-
-    initial_delay_s: float = 1.0
-    max_delay_s: float = 30.0
-    exponential: bool = True
-    multiplier: float = 2.0
-
-    def delays(self) -> Callable[[], float]:
-        """A stateful generator of successive delays (one per failed attempt)."""
-        state = {"next": self.initial_delay_s}
-
-        def next_delay() -> float:
-            delay = state["next"]
-            if self.exponential:
-                state["next"] = min(self.max_delay_s, delay * self.multiplier)
-            return min(delay, self.max_delay_s)
-
-        return next_delay
-
-
-@dataclass(frozen=True)
-class ConnectionOptions:
-    """What every connection to the cluster needs, for reading and writing alike."""
-
-    nodes: tuple[Node, ...]
-    queue: str
-    flavor: str
-    username: str | None
-    password: Secret | None
-    group_id_header: str
-    reconnect: ReconnectPolicy
-    connect_timeout_s: float
-    heartbeat_ms: int
-    tls: TlsSettings | None = None  # also on every stomp+ssl node (Node.tls), where it is used
-
-    @property
-    def login(self) -> tuple[str | None, str | None]:
-        return self.username, self.password.reveal() if self.password else None
-
-
 TLS_OPTIONS = ("sslCaFile", "sslCertFile", "sslKeyFile", "sslVerifyHostname")
 
 
@@ -368,7 +309,7 @@ class ReadOptions:
     browse_idle_timeout_s: float = 30.0
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         raw = _check_known(options, "read")
         conn = parse_connection_options(raw)
         max_messages = _int(raw, "maxMessagesPerTrigger", 1, None)
@@ -410,7 +351,7 @@ class WriteOptions:
     receipt_timeout_s: float
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         # writeStream passes its checkpointLocation to the sink like any other option.
         given = {k: v for k, v in options.items() if k.lower() != "checkpointlocation"}
         raw = _check_known(given, "write")

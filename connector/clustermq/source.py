@@ -11,8 +11,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .options import OptionError, ReadOptions, WriteOptions
-from .schema import READ_SCHEMA_DDL
+from clustermq.options import OptionError, ReadOptions, WriteOptions
+from clustermq.read.schema import READ_SCHEMA_DDL
 
 
 class ClusterMQDataSource(DataSource):
@@ -36,12 +36,12 @@ class ClusterMQDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """Batch read: a browse snapshot of every node (option ``mode``, default ``browse``)."""
-        from .browse import ClusterMQBatchReader
+        from clustermq.read.browse import ClusterMQBatchReader
 
         return ClusterMQBatchReader(ReadOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .stream import ClusterMQStreamReader
+        from clustermq.read.stream import ClusterMQStreamReader
 
         if any(k.lower() == "mode" for k in self.options):
             raise OptionError(
@@ -52,7 +52,7 @@ class ClusterMQDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch write; options and input columns are checked here, before any task runs."""
-        from .writer import ClusterMQBatchWriter, input_layout
+        from clustermq.write.writer import ClusterMQBatchWriter, input_layout
 
         if overwrite:
             raise OptionError(
@@ -64,7 +64,7 @@ class ClusterMQDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Streaming write (every output mode appends the batch's rows as messages)."""
-        from .writer import ClusterMQStreamWriter, input_layout
+        from clustermq.write.writer import ClusterMQStreamWriter, input_layout
 
         options = WriteOptions.parse(self.options)
         return ClusterMQStreamWriter(options, input_layout(schema, options))

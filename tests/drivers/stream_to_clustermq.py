@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 
 def main() -> int:
@@ -29,7 +28,7 @@ def main() -> int:
 
     from pyspark.sql import functions as F
 
-    from clustermq.session import local_session
+    from clustermq.pipelines.session import local_session
 
     spark = local_session(
         "clustermq-stream-writer-test",
@@ -65,7 +64,7 @@ def main() -> int:
     error = None
     try:
         query.awaitTermination()
-    except Exception as exc:  # noqa: BLE001 - reported to the test
+    except Exception as exc:
         error = str(exc)[:2000]
     print(json.dumps({"query_id": str(query.id), "error": error}), flush=True)
     spark.stop()

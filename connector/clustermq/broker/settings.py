@@ -1,0 +1,69 @@
+"""The typed settings every connection to the cluster is made with.
+
+Parsed from the user's options by :mod:`clustermq.options`; the broker layer only ever sees
+these objects, never raw option strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from clustermq.broker.nodes import Node, TlsSettings
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A password that never shows itself in logs, errors or ``repr()``."""
+
+    _value: str = field(repr=False)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
+class ReconnectPolicy:
+    """Back-off between reconnect attempts, named as in ActiveMQ's failover transport."""
+
+    initial_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+    exponential: bool = True
+    multiplier: float = 2.0
+
+    def delays(self) -> Callable[[], float]:
+        """A stateful generator of successive delays (one per failed attempt)."""
+        state = {"next": self.initial_delay_s}
+
+        def next_delay() -> float:
+            delay = state["next"]
+            if self.exponential:
+                state["next"] = min(self.max_delay_s, delay * self.multiplier)
+            return min(delay, self.max_delay_s)
+
+        return next_delay
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """What every connection to the cluster needs, for reading and writing alike."""
+
+    nodes: tuple[Node, ...]
+    queue: str
+    flavor: str
+    username: str | None
+    password: Secret | None
+    group_id_header: str
+    reconnect: ReconnectPolicy
+    connect_timeout_s: float
+    heartbeat_ms: int
+    tls: TlsSettings | None = None  # also on every stomp+ssl node (Node.tls), where it is used
+
+    @property
+    def login(self) -> tuple[str | None, str | None]:
+        return self.username, self.password.reveal() if self.password else None

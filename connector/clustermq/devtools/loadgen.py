@@ -1,0 +1,145 @@
+"""Load generator: a plain stomp.py producer, one connection and thread per node.
+
+It is deliberately the raw client (no Spark) so that tests and benchmarks have an independent
+producer to compare the connector with. Each message carries ``loadgen_id`` (unique, 0..N-1)
+and, when grouped, ``loadgen_group_seq`` (position inside its group), so a consumer can check
+completeness and per-group order. A group always goes to the node ``bucket_for_group`` picks,
+the same rule as the clustermq writer.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import stomp
+
+from clustermq.broker.connection import close_connection, open_connection
+from clustermq.broker.dialect import resolve_dialect
+from clustermq.broker.nodes import Node
+from clustermq.broker.settings import ConnectionOptions
+from clustermq.groups import bucket_for_group
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    count: int
+    groups: int = 0
+    size: int = 256
+    persistent: bool = True
+    transaction_size: int = 1000
+    group_prefix: str = "g"
+    first_id: int = 0
+
+
+def plan(spec: LoadSpec, nodes: int) -> list[list[tuple[int, str | None, int]]]:
+    """For every node: the (id, group, position-in-group) of each message it gets, in order."""
+    per_node: list[list[tuple[int, str | None, int]]] = [[] for _ in range(nodes)]
+    group_pos: dict[str, int] = {}
+    for i in range(spec.first_id, spec.first_id + spec.count):
+        if spec.groups:
+            group = f"{spec.group_prefix}{i % spec.groups}"
+            pos = group_pos.get(group, 0)
+            group_pos[group] = pos + 1
+            per_node[bucket_for_group(group, nodes)].append((i, group, pos))
+        else:
+            per_node[i % nodes].append((i, None, 0))
+    return per_node
+
+
+def _body(i: int, size: int) -> bytes:
+    head = f'{{"order":{i},"pad":"'.encode()
+    tail = b'"}'
+    pad = max(0, size - len(head) - len(tail))
+    return head + b"x" * pad + tail
+
+
+def produce(
+    options: ConnectionOptions,
+    spec: LoadSpec,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, int]:
+    """Send ``spec.count`` messages over every node; return the count sent per node."""
+    nodes = list(options.nodes)
+    work = plan(spec, len(nodes))
+    sent = [0] * len(nodes)
+    done = [0] * len(nodes)
+    errors: list[BaseException] = []
+
+    def run(index: int, node: Node) -> None:
+        try:
+            sent[index] = _produce_node(options, node, work[index], spec, done, index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, n), daemon=True) for i, n in enumerate(nodes)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(timeout=1.0)
+        if progress is not None:
+            progress(sum(done), spec.count)
+    if errors:
+        raise errors[0]
+    return {n.name: c for n, c in zip(nodes, sent)}
+
+
+def _produce_node(
+    options: ConnectionOptions,
+    node: Node,
+    items: list[tuple[int, str | None, int]],
+    spec: LoadSpec,
+    done: list[int],
+    slot: int,
+) -> int:
+    conn, connected = open_connection(node, options)
+    try:
+        dialect = resolve_dialect(options.flavor, connected.get("server"))
+        destination = dialect.destination(options.queue)
+        tx = None
+        for n, (i, group, pos) in enumerate(items):
+            if tx is None:
+                tx = conn.begin()
+            headers = dialect.send_headers(group, options.group_id_header)
+            headers["loadgen_id"] = str(i)
+            if group is not None:
+                headers["loadgen_group_seq"] = str(pos)
+            if spec.persistent:
+                headers["persistent"] = "true"
+            conn.send(destination, _body(i, spec.size), headers=headers, transaction=tx)
+            if (n + 1) % spec.transaction_size == 0 or n + 1 == len(items):
+                _commit_with_receipt(conn, tx, node)
+                tx = None
+                done[slot] = n + 1
+        return len(items)
+    finally:
+        close_connection(conn)
+
+
+def _commit_with_receipt(conn: stomp.Connection12, tx: str, node: Node, timeout: float = 60.0) -> None:
+    """COMMIT and wait for the broker's RECEIPT: only then are the messages on the queue."""
+    done = threading.Event()
+    receipt_id = f"commit-{tx}"
+
+    class _Wait(stomp.ConnectionListener):
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            if frame.headers.get("receipt-id") == receipt_id:
+                done.set()
+
+    conn.set_listener(receipt_id, _Wait())
+    try:
+        conn.commit(tx, headers={"receipt": receipt_id})
+        if not done.wait(timeout):
+            raise TimeoutError(f"node {node.name}: no receipt for COMMIT within {timeout:.0f} s")
+    finally:
+        conn.remove_listener(receipt_id)
+
+
+def print_progress(done: int, total: int) -> None:
+    print(f"produced {done}/{total}", file=sys.stderr, flush=True)
+
+
+__all__ = ["LoadSpec", "plan", "produce", "print_progress"]

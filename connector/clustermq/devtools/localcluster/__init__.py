@@ -1,0 +1,33 @@
+"""Local broker clusters for development and tests (``clustermq cluster up|status|down``).
+
+The connector's whole point is a *cluster* of brokers, so tests and demos need several real
+brokers networked together on one machine, with nodes that can be killed and restarted. This
+package fetches the broker distribution (via Maven), renders per-node configs from the
+templates in ``conf/<flavor>/``, runs one JVM per node and records everything in
+``<dir>/cluster.json``.
+"""
+
+from __future__ import annotations
+
+from clustermq.devtools.localcluster.cluster import ClusterStartError, Credentials, LocalCluster
+from clustermq.devtools.localcluster.fetch import (
+    ARTEMIS_VERSION,
+    CLASSIC_VERSION,
+    ensure_distribution,
+)
+from clustermq.devtools.localcluster.flavor import BrokerFlavor, get_flavor
+from clustermq.devtools.localcluster.paths import default_cluster_dir
+from clustermq.paths import cache_dir
+
+__all__ = [
+    "ARTEMIS_VERSION",
+    "CLASSIC_VERSION",
+    "BrokerFlavor",
+    "ClusterStartError",
+    "Credentials",
+    "LocalCluster",
+    "cache_dir",
+    "default_cluster_dir",
+    "ensure_distribution",
+    "get_flavor",
+]

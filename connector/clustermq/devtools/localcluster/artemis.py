@@ -1,0 +1,226 @@
+"""ActiveMQ Artemis (2.x) nodes: config rendering, the JVM command line, cluster-bridge state.
+
+Instances are not made with ``artemis create``: every file a node needs (``broker.xml``,
+``bootstrap.xml``, ``management.xml``, JAAS ``login.config`` with its users/roles files, ``log4j2.properties``) is
+rendered from ``conf/artemis/`` into ``<node dir>/etc``, which is faster, keeps every knob in
+the repository, and lets the harness put absolute node paths and dynamic ports straight in. The
+node runs as one ``java ... org.apache.activemq.artemis.boot.Artemis run`` process (what the
+instance's ``bin/artemis`` script execs), so the recorded pid is the broker itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from clustermq.devtools.localcluster import process
+from clustermq.devtools.localcluster.classic import java_executable
+from clustermq.devtools.localcluster.fetch import ARTEMIS_VERSION, ensure_distribution
+from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.state import ClusterState, NodeState
+from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
+from clustermq.devtools.localcluster.tls import keystore_password
+
+HEAP_MIN = "128m"
+HEAP_MAX = "512m"
+# Past this, addresses page to disk: well under the heap, so a burst cannot exhaust it.
+GLOBAL_MAX_SIZE = "128M"
+# Percent of the disk in use at which producers block; high, so only a really full disk stops
+# a development cluster (the default 90 blocked nothing here but surprises people on laptops).
+MAX_DISK_USAGE = 98
+MAX_FRAME_SIZE = 64 * 1024 * 1024
+# Cluster bridges retry with back-off up to this delay: a restarted node rejoins within seconds.
+MAX_RETRY_INTERVAL_MS = 2000
+CLUSTER_USER = "clustermq-cluster"
+
+# What bin/artemis passes on Java 17 (artemis.profile): the journal reflects into jdk.internal.misc.
+JAVA_FLAGS = [
+    "-XX:+UseG1GC",
+    "-XX:AutoBoxCacheMax=20000",
+    "-Dlog4j2.disableJmx=true",
+    "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+]
+
+# ClusterConnectionBridge logs, for this node's bridge to a peer (the peer named by its port):
+#   "AMQ221027: Bridge ClusterConnectionBridge@1a2b [name=$.artemis.internal.sf.clustermq.<id>, ...
+#    targetConnector=ServerLocatorImpl (identity=...) [initialConnectors=[TransportConfiguration(
+#    name=..., factory=...) ?port=41235&host=127-0-0-1], ...] is connected"
+# and, when the peer goes away, "AMQ224091: Bridge ClusterConnectionBridge@1a2b [name=$.artemis.
+# internal.sf.clustermq.<id>, ...] is unable to connect to destination. Retrying" (WARN, repeated
+# until it is back) or "AMQ221029: stopped bridge $.artemis.internal.sf.clustermq.<id>".
+_BRIDGE_CONNECTED = re.compile(r"AMQ221027: Bridge .*?\?port=(?P<port>\d+)&host=\S*? .* is connected")
+_SF_NAME = re.compile(r"\$\.artemis\.internal\.sf\.[^.\s]+\.(?P<id>[0-9a-f-]{36})")
+_BRIDGE_STOPPED = re.compile(r"AMQ221029: stopped bridge (?P<name>\S+)")
+_BRIDGE_RETRYING = re.compile(r"AMQ224091: Bridge (?P<rest>.*)")
+
+
+def cluster_password(password: str) -> str:
+    """The nodes' shared ``cluster-password``: derived from the client password, never the default.
+
+    Derived rather than stored so ``cluster.json`` keeps one secret; hashed so the client
+    password cannot be read back from a node's ``broker.xml`` cluster section.
+    """
+    return hashlib.sha256(("clustermq-artemis-cluster:" + password).encode()).hexdigest()
+
+
+def properties_escape(value: str) -> str:
+    """Escape ``value`` for a Java ``.properties`` key or value (JAAS users/roles files)."""
+    out = []
+    for i, ch in enumerate(value):
+        if ch in "\\=:#!" or (ch == " " and i == 0):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _stomp_tls_params(cluster: ClusterState) -> str:
+    """Extra STOMP acceptor parameters for a TLS cluster (``;sslEnabled=true;...``), else empty."""
+    if not cluster.tls:
+        return ""
+    if not cluster.keystore:
+        raise ValueError("TLS cluster without a keystore in its state")
+    params = {
+        "sslEnabled": "true",
+        "keyStorePath": cluster.keystore,
+        "keyStorePassword": keystore_password(cluster.password),
+        "keyStoreType": "PKCS12",
+    }
+    return xml_attr("".join(f";{key}={value}" for key, value in params.items()))
+
+
+class ArtemisFlavor(BrokerFlavor):
+    """ActiveMQ Artemis symmetric cluster over static connectors."""
+
+    name = "artemis"
+
+    def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
+        return ensure_distribution("artemis", progress=progress), ARTEMIS_VERSION
+
+    def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:
+        etc = node_dir / "etc"
+        for sub in ("etc", "data", "tmp", "log"):
+            (node_dir / sub).mkdir(parents=True, exist_ok=True)
+        peers = [peer for peer in cluster.nodes if peer.index != node.index]
+        peer_connectors = "\n".join(
+            f'      <connector name="{xml_attr(peer.name)}">tcp://127.0.0.1:{peer.peer_port}</connector>'
+            for peer in peers
+        )
+        static_connectors = "\n".join(
+            f"          <connector-ref>{xml_attr(peer.name)}</connector-ref>" for peer in peers
+        )
+        # A cluster connection needs at least one static connector: a 1-node cluster has none.
+        cluster_connections = ""
+        if peers:
+            cluster_connections = render(
+                load_template("artemis", "cluster-connection.xml.tmpl"),
+                {"static_connectors": static_connectors, "max_retry_interval_ms": MAX_RETRY_INTERVAL_MS},
+            ).rstrip("\n")
+        broker_xml = render(
+            load_template("artemis", "broker.xml.tmpl"),
+            {
+                "broker_name": xml_attr(node.name),
+                "data_dir": xml_attr(node_dir / "data"),
+                "global_max_size": GLOBAL_MAX_SIZE,
+                "max_disk_usage": MAX_DISK_USAGE,
+                "cluster_user": xml_attr(CLUSTER_USER),
+                "cluster_password": xml_attr(cluster_password(cluster.password)),
+                "peer_port": node.peer_port,
+                "stomp_port": node.stomp_port,
+                "stomp_tls": _stomp_tls_params(cluster),
+                "max_frame_size": MAX_FRAME_SIZE,
+                "peer_connectors": peer_connectors,
+                "cluster_connections": cluster_connections,
+            },
+        )
+        write_file(etc / "broker.xml", broker_xml)
+        write_file(
+            etc / "bootstrap.xml",
+            render(
+                load_template("artemis", "bootstrap.xml.tmpl"),
+                {"broker_name": xml_attr(node.name), "broker_xml_uri": xml_attr((etc / "broker.xml").as_uri())},
+            ),
+        )
+        write_file(
+            etc / "login.config",
+            render(
+                load_template("artemis", "login.config.tmpl"),
+                # Relative names: PropertiesLoginModule resolves them against the directory of
+                # login.config and mangles absolute ones (it prefixes that directory anyway).
+                {"users_file": "artemis-users.properties", "roles_file": "artemis-roles.properties"},
+            ),
+        )
+        user = properties_escape(cluster.username)
+        write_file(
+            etc / "artemis-users.properties",
+            render(load_template("artemis", "artemis-users.properties.tmpl"),
+                   {"username": user, "password": properties_escape(cluster.password)}),
+        )
+        write_file(
+            etc / "artemis-roles.properties",
+            render(load_template("artemis", "artemis-roles.properties.tmpl"), {"username": user}),
+        )
+        write_file(etc / "log4j2.properties", load_template("artemis", "log4j2.properties.tmpl"))
+        write_file(etc / "management.xml", load_template("artemis", "management.xml.tmpl"))
+
+    def command(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> list[str]:
+        home = Path(cluster.home)
+        etc = node_dir / "etc"
+        return [
+            java_executable(),
+            f"-Xms{HEAP_MIN}",
+            f"-Xmx{HEAP_MAX}",
+            *JAVA_FLAGS,
+            process.marker_arg(node_dir),
+            f"-Djava.security.auth.login.config={etc / 'login.config'}",
+            f"-Dlog4j2.configurationFile={(etc / 'log4j2.properties').as_uri()}",
+            "-classpath",
+            str(home / "lib" / "artemis-boot.jar"),
+            f"-Dartemis.home={home}",
+            f"-Dartemis.instance={node_dir}",
+            f"-Djava.io.tmpdir={node_dir / 'tmp'}",
+            f"-Ddata.dir={node_dir / 'data'}",
+            f"-Dartemis.instance.etc={etc}",
+            "org.apache.activemq.artemis.boot.Artemis",
+            "run",
+        ]
+
+    def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:
+        """Replay the node's bridge log lines since its start; the last event per peer wins.
+
+        A bridge is connected when AMQ221027 names the peer's cluster port; it is down when
+        AMQ224091 (retrying) or AMQ221029 (stopped) names the store-and-forward queue that the
+        connected bridge used.
+        """
+        by_port = {peer.peer_port: peer.name for peer in cluster.nodes if peer.index != node.index}
+        up: dict[str, bool] = {}
+        sf_owner: dict[str, str] = {}
+        for line in log_text.splitlines():
+            if "AMQ221027" not in line and "AMQ221029" not in line and "AMQ224091" not in line:
+                continue
+            match = _BRIDGE_RETRYING.search(line)
+            if match:
+                sf = _SF_NAME.search(match.group("rest"))
+                peer = sf_owner.get(sf.group("id")) if sf else None
+                if peer:
+                    up[peer] = False
+                continue
+            match = _BRIDGE_CONNECTED.search(line)
+            if match:
+                peer = by_port.get(int(match.group("port")))
+                if peer:
+                    up[peer] = True
+                    sf = _SF_NAME.search(line)
+                    if sf:
+                        sf_owner[sf.group("id")] = peer
+                continue
+            match = _BRIDGE_STOPPED.search(line)
+            if match:
+                sf = _SF_NAME.search(match.group("name"))
+                peer = sf_owner.get(sf.group("id")) if sf else None
+                if peer:
+                    up[peer] = False
+        return {peer for peer, is_up in up.items() if is_up}

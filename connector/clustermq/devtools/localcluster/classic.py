@@ -1,0 +1,203 @@
+"""ActiveMQ Classic (5.18) nodes: config rendering, the JVM command line, bridge state.
+
+Each node runs as a plain ``java -jar bin/activemq.jar start xbean:file:...`` process (not via
+the ``bin/activemq`` shell wrapper, which forks and would leave us holding the wrong pid), with
+``activemq.base``/``conf``/``data`` pointing into the node's own directory so nodes share the
+read-only distribution and nothing else. ``activemq.jar`` puts ``lib/optional`` on the class path,
+which is where the XStream and Jettison jars live: the statistics plugin's map replies need them
+to be transformed to XML/JSON for STOMP clients.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from clustermq.devtools.localcluster import process
+from clustermq.devtools.localcluster.fetch import CLASSIC_VERSION, ensure_distribution
+from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.paths import jdk_tool
+from clustermq.devtools.localcluster.state import ClusterState, NodeState
+from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
+from clustermq.devtools.localcluster.tls import keystore_password
+
+HEAP_MIN = "256m"
+# A 1,000,000-message backlog of 200-byte messages ran these defaults out of heap while it was
+# produced (docs/reliability.md): such runs set CLUSTERMQ_CLASSIC_HEAP (a JVM size, e.g. 1g) and
+# CLUSTERMQ_CLASSIC_MEMORY_PERCENT (memoryUsage as a share of the heap) when the cluster starts.
+HEAP_MAX = os.environ.get("CLUSTERMQ_CLASSIC_HEAP", "512m")
+MEMORY_PERCENT_OF_HEAP = int(os.environ.get("CLUSTERMQ_CLASSIC_MEMORY_PERCENT", "60"))
+STORE_LIMIT = "4 gb"
+TEMP_LIMIT = "2 gb"
+MAX_FRAME_SIZE = 64 * 1024 * 1024
+# Peers retry a lost bridge with exponential back-off up to this delay: small, so a restarted node
+# rejoins the mesh within seconds instead of the default 30 s.
+MAX_RECONNECT_DELAY_MS = 2000
+# A bridge whose peer sent nothing (not even a keep-alive) for this long is closed and rebuilt;
+# OpenWire's default of 30 s kept messages in flight to a stuck bridge past an AvailableNow
+# drain's idle timeout (measured in CI; see activemq.xml.tmpl, allowLinkStealing).
+BRIDGE_INACTIVITY_MS = 10000
+# Messages a queue pages in per dispatch pass. Passes run on events such as an ACK, and the
+# reader ACKs once per committed batch: with Classic's default of 200, 2 of 5 measured drains ran
+# in batches of a few hundred messages per node (activemq.xml.tmpl, docs/design.md).
+MAX_PAGE_SIZE = 5000
+
+# What bin/activemq passes on Java 9+: XStream (map-message transformation), JMX and the
+# console reflect into these JDK packages.
+JAVA_MODULE_FLAGS = [
+    "--add-reads=java.xml=java.logging",
+    "--add-opens", "java.base/java.security=ALL-UNNAMED",
+    "--add-opens", "java.base/java.net=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "--add-opens", "java.naming/javax.naming.spi=ALL-UNNAMED",
+    "--add-opens", "java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util.concurrent=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+    "--add-exports=java.base/sun.net.www.protocol.http=ALL-UNNAMED",
+    "--add-exports=java.base/sun.net.www.protocol.https=ALL-UNNAMED",
+    "--add-exports=java.base/sun.net.www.protocol.jar=ALL-UNNAMED",
+    "--add-exports=jdk.xml.dom/org.w3c.dom.html=ALL-UNNAMED",
+    "--add-exports=jdk.naming.rmi/com.sun.jndi.url.rmi=ALL-UNNAMED",
+]
+
+# DemandForwardingBridgeSupport / DiscoveryNetworkConnector log, for this node's bridge to a peer:
+#   "Network connection between vm://node0#6 and tcp:///127.0.0.1:41235@37840 (node1) has been established."
+#   "Network connection between vm://node0#6 and tcp:///127.0.0.1:41235@37840 shutdown due to a remote error: ..."
+#   "node0 bridge to node1 stopped"          (also "bridge to Unknown" while a peer is still down)
+#   "node0 Shutting down node0-to-node1"     (connector name, logged on every failed attempt)
+_BRIDGE_UP = re.compile(
+    r"Network connection between vm://(?P<local>[^#\s]+)#\d+ and \S+ \((?P<peer>[^)]+)\) has been established"
+)
+_BRIDGE_DOWN_PORT = re.compile(
+    r"Network connection between vm://(?P<local>[^#\s]+)#\d+ and tcp://\S*?:(?P<port>\d+)@\d+ shutdown"
+)
+_BRIDGE_DOWN_NAME = re.compile(
+    r"\| (?P<local>\S+) (?:bridge to (?P<peer>\S+) stopped|Shutting down (?P=local)-to-(?P<peer2>\S+)) \|"
+)
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` when set, else ``java`` from PATH."""
+    found = jdk_tool("java")
+    if found is None:
+        raise RuntimeError("no 'java' on PATH and JAVA_HOME is not set: ActiveMQ needs Java 11+")
+    return found
+
+
+def _ssl_context(cluster: ClusterState) -> str:
+    """The ``<sslContext>`` element for a TLS cluster; empty text otherwise."""
+    if not cluster.tls:
+        return ""
+    if not cluster.keystore:
+        raise ValueError("TLS cluster without a keystore in its state")
+    return render(
+        load_template("classic", "ssl-context.xml.tmpl"),
+        {
+            "keystore_url": xml_attr(Path(cluster.keystore).as_uri()),
+            "keystore_password": xml_attr(keystore_password(cluster.password)),
+        },
+    ).rstrip("\n")
+
+
+class ClassicFlavor(BrokerFlavor):
+    """ActiveMQ Classic network of brokers, full mesh over OpenWire."""
+
+    name = "classic"
+
+    def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
+        return ensure_distribution("classic", progress=progress), CLASSIC_VERSION
+
+    def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:
+        conf = node_dir / "conf"
+        for sub in ("conf", "data", "tmp"):
+            (node_dir / sub).mkdir(parents=True, exist_ok=True)
+        connector_tmpl = load_template("classic", "network-connector.xml.tmpl")
+        connectors = [
+            render(
+                connector_tmpl,
+                {
+                    "broker_name": xml_attr(node.name),
+                    "peer_name": xml_attr(peer.name),
+                    "peer_openwire_port": peer.peer_port,
+                    "max_reconnect_delay_ms": MAX_RECONNECT_DELAY_MS,
+                    "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
+                    "username": xml_attr(cluster.username),
+                    "password": xml_attr(cluster.password),
+                },
+            ).rstrip("\n")
+            for peer in cluster.nodes
+            if peer.index != node.index
+        ]
+        broker_xml = render(
+            load_template("classic", "activemq.xml.tmpl"),
+            {
+                "broker_name": xml_attr(node.name),
+                "data_dir": xml_attr(node_dir / "data"),
+                # The broker empties its temp-store directory on start: give it its own sub-directory
+                # so java.io.tmpdir (the parent) survives.
+                "tmp_dir": xml_attr(node_dir / "tmp" / "broker"),
+                "kahadb_dir": xml_attr(node_dir / "data" / "kahadb"),
+                "network_connectors": "\n".join(connectors),
+                "username": xml_attr(cluster.username),
+                "password": xml_attr(cluster.password),
+                "memory_percent_of_heap": MEMORY_PERCENT_OF_HEAP,
+                "store_limit": STORE_LIMIT,
+                "temp_limit": TEMP_LIMIT,
+                "openwire_port": node.peer_port,
+                "stomp_port": node.stomp_port,
+                "stomp_scheme": "stomp+nio+ssl" if cluster.tls else "stomp+nio",
+                "ssl_context": _ssl_context(cluster),
+                "max_frame_size": MAX_FRAME_SIZE,
+                "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
+                "max_page_size": MAX_PAGE_SIZE,
+            },
+        )
+        write_file(conf / "activemq.xml", broker_xml)
+        write_file(conf / "log4j2.properties", load_template("classic", "log4j2.properties.tmpl"))
+
+    def command(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> list[str]:
+        home = Path(cluster.home)
+        conf = node_dir / "conf"
+        return [
+            java_executable(),
+            f"-Xms{HEAP_MIN}",
+            f"-Xmx{HEAP_MAX}",
+            *JAVA_MODULE_FLAGS,
+            process.marker_arg(node_dir),
+            f"-Djava.io.tmpdir={node_dir / 'tmp'}",
+            f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}",
+            f"-Dactivemq.classpath={conf}",
+            f"-Dactivemq.home={home}",
+            f"-Dactivemq.base={node_dir}",
+            f"-Dactivemq.conf={conf}",
+            f"-Dactivemq.data={node_dir / 'data'}",
+            "-jar",
+            str(home / "bin" / "activemq.jar"),
+            "start",
+            f"xbean:file:{conf / 'activemq.xml'}",
+        ]
+
+    def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:
+        """Replay the node's bridge log lines since its start; the last event per peer wins."""
+        by_port = {peer.peer_port: peer.name for peer in cluster.nodes}
+        names = set(by_port.values())
+        up: dict[str, bool] = {}
+        for line in log_text.splitlines():
+            if "Network connection between" not in line and "| " + node.name + " " not in line:
+                continue
+            match = _BRIDGE_UP.search(line)
+            if match and match.group("local") == node.name:
+                up[match.group("peer")] = True
+                continue
+            match = _BRIDGE_DOWN_PORT.search(line)
+            if match and match.group("local") == node.name:
+                peer = by_port.get(int(match.group("port")))
+                if peer:
+                    up[peer] = False
+                continue
+            match = _BRIDGE_DOWN_NAME.search(line)
+            if match and match.group("local") == node.name:
+                up[match.group("peer") or match.group("peer2")] = False
+        return {peer for peer, is_up in up.items() if is_up and peer in names}

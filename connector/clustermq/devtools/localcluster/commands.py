@@ -1,0 +1,238 @@
+"""The ``clustermq cluster ...`` and ``clustermq depth`` sub-commands.
+
+``cli.py`` owns the top-level parser; it calls :func:`add_cluster_parsers` with its
+sub-parsers object and dispatches to ``args.func(args)``. Every ``cmd_*`` function returns a
+process exit code and prints errors itself, so the CLI needs no knowledge of this package.
+:func:`credentials_for` and :func:`brokers_for` let other sub-commands default to the local
+cluster the same way ``depth`` does.
+
+``cluster up`` prints progress lines and, as its last line of stdout, the ``brokers`` option
+string, so scripts can do ``BROKERS=$(clustermq cluster up | tail -1)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from clustermq.broker.depth import format_depth_table, queue_depths
+from clustermq.broker.nodes import Node
+from clustermq.devtools.localcluster.cluster import LocalCluster
+from clustermq.devtools.localcluster.paths import default_cluster_dir
+from clustermq.options import parse_connection_options
+
+
+def _cluster(args: argparse.Namespace) -> LocalCluster:
+    return LocalCluster(Path(args.dir) if getattr(args, "dir", None) else default_cluster_dir())
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start a fresh cluster; last stdout line is the brokers string."""
+    cluster = _cluster(args)
+    try:
+        cluster.up(
+            nodes=args.nodes,
+            flavor=args.flavor,
+            base_port=args.base_port,
+            timeout=args.timeout,
+            progress=_say,
+            tls=args.tls,
+        )
+    except (NotImplementedError, ValueError, RuntimeError, OSError) as exc:
+        return _error(str(exc))
+    print(f"cluster directory: {cluster.dir}")
+    if cluster.ca_file:
+        print(f"CA certificate (option sslCaFile): {cluster.ca_file}")
+    print(cluster.brokers, flush=True)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Table of nodes; exit 0 only when every node runs and accepts logins."""
+    cluster = _cluster(args)
+    if not cluster.exists:
+        return _error(f"no local cluster in {cluster.dir}")
+    rows = cluster.status()
+    print(f"cluster {cluster.dir} ({cluster.flavor}); brokers={cluster.brokers}")
+    if cluster.ca_file:
+        print(f"CA certificate (option sslCaFile): {cluster.ca_file}")
+    print(f"{'node':<6} {'name':<8} {'stomp':<22} {'peer':>6} {'pid':>8}  state")
+    for row in rows:
+        state = "ready" if row["ready"] else ("running, " + row["detail"] if row["running"] else "down")
+        pid = row["pid"] if row["pid"] is not None else "-"
+        print(f"{row['index']:<6} {row['name']:<8} {row['stomp']:<22} {row['peer_port']:>6} {pid:>8}  {state}")
+    return 0 if all(row["ready"] for row in rows) else 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """Stop every node of the cluster (idempotent)."""
+    cluster = _cluster(args)
+    if not cluster.exists:
+        print(f"no local cluster in {cluster.dir}; nothing to stop")
+        return 0
+    try:
+        cluster.down()
+    except RuntimeError as exc:
+        return _error(str(exc))
+    print(f"cluster in {cluster.dir} stopped")
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    """Kill one node (SIGKILL by default: a crash, not a shutdown)."""
+    cluster = _cluster(args)
+    try:
+        sig = signal.Signals["SIG" + args.signal.upper().removeprefix("SIG")]
+    except KeyError:
+        return _error(f"unknown signal '{args.signal}'")
+    try:
+        cluster.kill_node(args.node_index, sig=sig)
+    except (FileNotFoundError, IndexError, RuntimeError) as exc:
+        return _error(str(exc))
+    print(f"node {args.node_index} sent {sig.name}")
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    """Restart a killed node with its ports and data."""
+    cluster = _cluster(args)
+    try:
+        seconds = cluster.start_node(args.node_index, timeout=args.timeout, progress=_say)
+    except (FileNotFoundError, IndexError, RuntimeError) as exc:
+        return _error(str(exc))
+    print(f"node {args.node_index} back in {seconds:.1f} s")
+    return 0
+
+
+def credentials_for(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``--username``/``--password`` when given, else the local cluster's (``--dir`` or default).
+
+    ``(None, None)`` when neither is available (brokers without authentication).
+    """
+    username = getattr(args, "username", None)
+    password = getattr(args, "password", None)
+    if username is None or password is None:
+        cluster = _cluster(args)
+        if cluster.exists:
+            creds = cluster.credentials
+            username = creds.username if username is None else username
+            password = creds.password if password is None else password
+    return username, password
+
+
+def brokers_for(args: argparse.Namespace) -> str:
+    """``--brokers`` when given, else the local cluster's; ``RuntimeError`` when neither exists."""
+    brokers = getattr(args, "brokers", None)
+    if brokers:
+        return brokers
+    cluster = _cluster(args)
+    if not cluster.exists:
+        raise RuntimeError(
+            f"--brokers not given and no local cluster in {cluster.dir} to take it from "
+            "(start one with 'clustermq cluster up' or pass --dir)"
+        )
+    return cluster.brokers
+
+
+def nodes_for(args: argparse.Namespace) -> tuple[Node, ...]:
+    """The nodes of ``--brokers`` (TLS settings from ``--ssl-ca-file``), else the local cluster's.
+
+    The local cluster's nodes carry its CA, so ``depth --dir`` works on a TLS cluster as is.
+    """
+    brokers = brokers_for(args)
+    if not getattr(args, "brokers", None):
+        return _cluster(args).nodes()
+    raw = {"brokers": brokers, "queue": "unused"}
+    if getattr(args, "ssl_ca_file", None):
+        raw["sslcafile"] = args.ssl_ca_file
+    return parse_connection_options(raw).nodes
+
+
+def cmd_depth(args: argparse.Namespace) -> int:
+    """Per-node depth of a queue and the total; exit 1 if some node did not answer."""
+    try:
+        username, password = credentials_for(args)
+        nodes = nodes_for(args)
+        depths = queue_depths(nodes, args.queue, username, password, timeout=args.timeout)
+    except (ValueError, RuntimeError) as exc:
+        return _error(str(exc))
+    print(format_depth_table(depths))
+    return 0 if depths.complete else 1
+
+
+def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``cluster {up,status,down,kill,start}`` and ``depth`` on ``subparsers``."""
+    default_dir = default_cluster_dir()
+    dir_help = f"cluster directory (default: {default_dir})"
+
+    cluster = subparsers.add_parser("cluster", help="run a local broker cluster for development and tests")
+    actions = cluster.add_subparsers(dest="cluster_command", metavar="{up,status,down,kill,start}")
+    actions.required = True
+
+    up = actions.add_parser("up", help="start a fresh local cluster; prints the brokers string last")
+    up.add_argument("--nodes", type=int, default=3, help="number of broker nodes (default: 3)")
+    up.add_argument("--flavor", choices=["classic", "artemis"], default="classic",
+                    help="broker product (default: classic)")
+    up.add_argument("--dir", help=dir_help)
+    up.add_argument("--base-port", type=int, default=None,
+                    help="node i uses STOMP port P+10*i and peer port P+10*i+1 (default: free ports)")
+    up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the cluster (default: 90)")
+    up.add_argument("--tls", action="store_true",
+                    help="STOMP over TLS only: generate a CA and broker certificate (keytool) in DIR/tls; "
+                         "nodes are stomp+ssl://, clients pass the printed CA file as sslCaFile")
+    up.set_defaults(func=cmd_up)
+
+    status = actions.add_parser("status", help="show the nodes of the local cluster")
+    status.add_argument("--dir", help=dir_help)
+    status.set_defaults(func=cmd_status)
+
+    down = actions.add_parser("down", help="stop every node of the local cluster")
+    down.add_argument("--dir", help=dir_help)
+    down.set_defaults(func=cmd_down)
+
+    kill = actions.add_parser("kill", help="kill one node (simulates a crash)")
+    kill.add_argument("node_index", metavar="NODE_INDEX", type=int)
+    kill.add_argument("--dir", help=dir_help)
+    kill.add_argument("--signal", default="KILL", help="signal name (default: KILL; TERM for a clean stop)")
+    kill.set_defaults(func=cmd_kill)
+
+    start = actions.add_parser("start", help="restart a killed node with its ports and data")
+    start.add_argument("node_index", metavar="NODE_INDEX", type=int)
+    start.add_argument("--dir", help=dir_help)
+    start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the node (default: 90)")
+    start.set_defaults(func=cmd_start)
+
+    depth = subparsers.add_parser("depth", help="queue depth on every node of a cluster, and the total")
+    depth.add_argument("--brokers", help="comma-separated host:port list (default: the local cluster's)")
+    depth.add_argument("--queue", required=True, help="queue name, e.g. orders or /queue/orders")
+    depth.add_argument("--username", help="login (default: the local cluster's)")
+    depth.add_argument("--password", help="passcode (default: the local cluster's)")
+    depth.add_argument("--dir", help=f"take brokers/credentials from this local cluster ({dir_help})")
+    depth.add_argument("--ssl-ca-file", help="CA (PEM) for stomp+ssl:// brokers given with --brokers")
+    depth.add_argument("--timeout", type=float, default=10.0, help="seconds per node (default: 10)")
+    depth.set_defaults(func=cmd_depth)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m clustermq.devtools.localcluster.commands``) until cli.py wires it."""
+    parser = argparse.ArgumentParser(prog="clustermq")
+    sub = parser.add_subparsers(dest="command")
+    sub.required = True
+    add_cluster_parsers(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

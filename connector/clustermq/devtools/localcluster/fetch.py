@@ -1,0 +1,142 @@
+"""Download and unpack broker distributions from Maven Central, once per machine.
+
+Maven is the one artifact client this project's machines are guaranteed to reach, and its local
+repository (``~/.m2``) already de-duplicates downloads, so the broker comes from there rather than
+from an Apache mirror. The unpacked tree is cached; concurrent callers (two pytest workers, a test
+and the CLI) serialise on a lock file and the tree only ever appears by an atomic rename, so a
+reader never sees a half-extracted distribution, even after a crash mid-extraction.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
+
+CLASSIC_VERSION = "5.18.3"
+"""Pinned ActiveMQ Classic version: the broker facts in DESIGN.md were measured on 5.17/5.18."""
+
+ARTEMIS_VERSION = "2.40.0"
+"""Pinned ActiveMQ Artemis version: a recent 2.x that runs on Java 17 (the machines' JDK) and
+whose ``bin`` tarball is on Maven Central; the Artemis facts in docs/design.md were measured on it."""
+
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A broker distribution as published on Maven Central."""
+
+    flavor: str
+    version: str
+    artifact: str  # groupId:artifactId:version:packaging:classifier
+    top_dir: str  # the single top-level directory inside the archive
+
+
+DISTRIBUTIONS: dict[str, Distribution] = {
+    "classic": Distribution(
+        flavor="classic",
+        version=CLASSIC_VERSION,
+        artifact=f"org.apache.activemq:apache-activemq:{CLASSIC_VERSION}:tar.gz:bin",
+        top_dir=f"apache-activemq-{CLASSIC_VERSION}",
+    ),
+    "artemis": Distribution(
+        flavor="artemis",
+        version=ARTEMIS_VERSION,
+        artifact=f"org.apache.activemq:apache-artemis:{ARTEMIS_VERSION}:tar.gz:bin",
+        top_dir=f"apache-artemis-{ARTEMIS_VERSION}",
+    ),
+}
+
+
+def ensure_distribution(
+    flavor: str = "classic",
+    cache: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Return the home directory of the unpacked ``flavor`` distribution, fetching it if needed.
+
+    Idempotent and safe to call from several processes at once.
+    """
+    try:
+        dist = DISTRIBUTIONS[flavor]
+    except KeyError:
+        raise NotImplementedError(
+            f"no broker distribution for flavor '{flavor}' yet; available: "
+            f"{', '.join(sorted(DISTRIBUTIONS))}"
+        ) from None
+    root = (cache or cache_dir()) / "dist"
+    final = root / dist.top_dir
+    if (final / COMPLETE_MARKER).is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(root / f".{dist.top_dir}.lock"):
+        if (final / COMPLETE_MARKER).is_file():  # another process finished while we waited
+            return final
+        if progress:
+            progress(f"fetching {dist.artifact} with Maven")
+        work = Path(tempfile.mkdtemp(prefix=f".{dist.top_dir}.", dir=root))
+        try:
+            archive = _maven_copy(dist.artifact, work / "download")
+            if progress:
+                progress(f"extracting {archive.name} into {root}")
+            _extract(archive, work / "tree")
+            tree = work / "tree" / dist.top_dir
+            if not tree.is_dir():
+                raise RuntimeError(f"{archive.name} has no top-level directory {dist.top_dir}/")
+            (tree / COMPLETE_MARKER).write_text(dist.artifact + "\n")
+            if final.exists():  # a tree without the marker: left by something else, not trusted
+                shutil.rmtree(final)
+            os.rename(tree, final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+
+
+def _maven_copy(artifact: str, out_dir: Path) -> Path:
+    """Copy ``artifact`` from Maven (local repository or Central) into ``out_dir``."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError(
+            "Maven ('mvn') is not on PATH; it is needed once to fetch the broker "
+            f"distribution {artifact}"
+        )
+    out_dir.mkdir(parents=True)
+    cmd = [
+        mvn, "-q", "-B", "dependency:copy",
+        f"-Dartifact={artifact}",
+        f"-DoutputDirectory={out_dir}",
+    ]
+    # Run outside any project so a pom.xml in the caller's directory cannot interfere.
+    proc = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+        raise RuntimeError(f"'{' '.join(cmd)}' failed (exit {proc.returncode}):\n{tail}")
+    archives = sorted(out_dir.glob("*.tar.gz"))
+    if len(archives) != 1:
+        raise RuntimeError(f"expected one .tar.gz from Maven in {out_dir}, found {archives}")
+    return archives[0]
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    """Unpack a tarball, refusing members that would escape ``dest``."""
+    dest.mkdir(parents=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.10.12
+            tar.extractall(dest, filter="data")
+        else:  # pragma: no cover - older interpreters
+            base = dest.resolve()
+            for member in tar.getmembers():
+                target = (dest / member.name).resolve()
+                if base != target and base not in target.parents:
+                    raise RuntimeError(f"unsafe path in {archive.name}: {member.name}")
+            tar.extractall(dest)
+

@@ -1,0 +1,76 @@
+"""What the cluster harness needs to know about one kind of broker.
+
+``LocalCluster`` is flavor-neutral: ports, processes, state, readiness polling and teardown are
+the same for every broker. A flavor supplies the rest: where its distribution comes from, how a
+node's config is rendered, the command line that starts a node, and how to tell that the node is
+connected to its peers. ActiveMQ Classic and Artemis are the flavors.
+"""
+
+from __future__ import annotations
+
+import ssl
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+
+from clustermq.devtools.localcluster.state import ClusterState, NodeState
+from clustermq.devtools.localcluster.stompprobe import ProbeResult, stomp_connect
+
+Progress = Callable[[str], None]
+
+
+class BrokerFlavor(ABC):
+    """One broker product. Subclasses are stateless; all state lives in ``ClusterState``."""
+
+    name: str = ""
+
+    @abstractmethod
+    def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
+        """Fetch the distribution if needed; return (home directory, version)."""
+
+    @abstractmethod
+    def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:
+        """Write the node's configuration under ``node_dir`` (creating data/tmp dirs too)."""
+
+    @abstractmethod
+    def command(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> list[str]:
+        """The argv that runs the node's broker in the foreground as a single process.
+
+        It must contain ``process.marker_arg(node_dir)`` so the pid can be verified later.
+        """
+
+    def probe_ready(self, cluster: ClusterState, node: NodeState, timeout: float) -> ProbeResult:
+        """Whether the node accepts a STOMP CONNECT with the cluster credentials."""
+        return stomp_connect(
+            node.host, node.stomp_port, cluster.username, cluster.password, timeout,
+            tls=client_tls_context(cluster),
+        )
+
+    def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:
+        """Names of the peers this node currently forwards to, judged from its log since start.
+
+        ``None`` means the flavor cannot tell; the harness then skips waiting for the mesh.
+        """
+        return None
+
+
+def client_tls_context(cluster: ClusterState) -> ssl.SSLContext | None:
+    """A client context that trusts the cluster's CA (host names verified); ``None`` without TLS."""
+    if not cluster.tls:
+        return None
+    return ssl.create_default_context(cafile=cluster.ca_file)
+
+
+def get_flavor(name: str) -> BrokerFlavor:
+    """The flavor called ``name``; ``NotImplementedError`` for known-but-unsupported ones."""
+    from clustermq.devtools.localcluster.artemis import ArtemisFlavor
+    from clustermq.devtools.localcluster.classic import ClassicFlavor
+
+    flavors: dict[str, type[BrokerFlavor]] = {
+        ClassicFlavor.name: ClassicFlavor,
+        ArtemisFlavor.name: ArtemisFlavor,
+    }
+    key = name.strip().lower()
+    if key in flavors:
+        return flavors[key]()
+    raise ValueError(f"unknown broker flavor '{name}'; known flavors: classic, artemis")

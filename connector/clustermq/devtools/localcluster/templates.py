@@ -1,0 +1,44 @@
+"""Fill ``{{name}}`` placeholders in the broker config templates under ``conf/``.
+
+Deliberately tiny and strict: a placeholder without a value is an error, so a template edit that
+introduces a new knob cannot silently produce a config containing a literal ``{{...}}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from clustermq.paths import conf_dir
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def xml_attr(value: object) -> str:
+    """Escape a value for use inside a double-quoted XML attribute."""
+    return escape(str(value), {'"': "&quot;"})
+
+
+def render(text: str, values: Mapping[str, object]) -> str:
+    """Substitute every ``{{name}}`` in ``text``; raise ``KeyError`` naming missing values."""
+    missing = sorted({m.group(1) for m in _PLACEHOLDER.finditer(text)} - set(values))
+    if missing:
+        raise KeyError(f"template values missing: {', '.join(missing)}")
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
+
+
+def load_template(flavor: str, name: str) -> str:
+    """The text of ``conf/<flavor>/<name>``."""
+    return (conf_dir() / flavor / name).read_text()
+
+
+def write_file(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write ``text`` to ``path`` with ``mode`` (configs hold the cluster password)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    tmp.chmod(mode)
+    tmp.replace(path)

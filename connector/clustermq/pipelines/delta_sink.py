@@ -1,0 +1,365 @@
+"""Queue → Delta: the ``foreachBatch`` function that puts each ``message_id`` in the table once.
+
+Two mechanisms, because each covers what the other cannot:
+
+* **Idempotent batch commits.** Every batch is appended with Delta's ``txnAppId`` (the
+  streaming query id, kept in the checkpoint) and ``txnVersion`` (the batch id). When a driver
+  dies after Delta committed batch N but before Spark's commit log has N, the restarted query
+  replays N and Delta skips the second append.
+* **De-duplication by ``message_id``.** The reader is at-least-once: a message can come again,
+  flagged ``redelivered``, in a *later* batch (a connection was lost before its ACK), and a
+  replayed batch is re-read from the brokers, so it may hold different messages than the lost
+  attempt (see the reader's guarantees). Rows are made unique within the batch
+  (``dropDuplicates``), and rows flagged ``redelivered`` are anti-joined against the
+  ``message_id`` column of the table. Messages delivered for the first time
+  (``redelivered = false``) cannot be in the table yet, so a normal batch costs no table scan.
+
+The first batch of every run may be a replay, so it gets the strict treatment: *every* row is
+anti-joined against the table, and after the ``txnVersion`` append the writer checks that its
+rows arrived. If Delta skipped the append (batch N was committed by the crashed run) while the
+replay brought messages that are not in the table (a competing consumer took some of the
+original ones in between), those messages are appended without ``txnVersion``; they are
+acknowledged after this function returns, so skipping them would lose them. That append is
+itself idempotent: a crash right after it leads to the same replay, whose anti-join finds them.
+
+Optionally each body is parsed (``BodyParse``, ``--parse json --schema <DDL>``) into typed
+columns. A body that does not parse is never dropped: its row is written like any other, with
+the parsed columns null and the body's text in the ``_corrupt`` column (Spark's PERMISSIVE mode
+with ``columnNameOfCorruptRecord``); the exact bytes stay in ``body``, and every batch report
+counts them.
+
+Chosen over ``MERGE``: a MERGE scans and rewrites table files for every batch, while the
+anti-join runs only for redelivered rows and the first batch of a run, and appends never
+rewrite files (no conflicts with readers, cheap time travel).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StringType, StructField, StructType
+
+log = logging.getLogger("clustermq.delta_sink")
+
+READER_COLUMNS = (
+    "node", "destination", "message_id", "group_id", "sequence", "redelivered", "priority",
+    "timestamp", "headers", "body",
+)
+TABLE_COLUMNS = READER_COLUMNS + ("ingest_time", "batch_id")
+DEDUPE_SCOPES = ("redelivered", "all")
+KEY = "_clustermq_key"  # the de-duplication key while a batch is processed; never written
+PARSE_FORMATS = ("json",)
+CORRUPT_COLUMN = "_corrupt"
+_PARSED = "_clustermq_parsed"  # the parse result while a batch is processed; never written
+
+
+@dataclass(frozen=True)
+class BodyParse:
+    """Parse every body into typed columns; keep what does not parse in ``corrupt_column``.
+
+    ``schema`` is a Spark DDL string (``"order long, customer string"``). A body is *corrupt*
+    when it is not valid UTF-8, is not a JSON object (empty, ``null``, an array, a scalar) or
+    has a value that does not fit its column's type (Spark's PERMISSIVE ``from_json``); then
+    every parsed column is null and ``corrupt_column`` holds the body as text (invalid UTF-8
+    replaced by U+FFFD; the exact bytes are in ``body``). Fields the schema does not name are
+    ignored and missing ones are null, as in Spark's JSON reader: that is not corruption.
+    """
+
+    schema: str
+    format: str = "json"
+    corrupt_column: str = CORRUPT_COLUMN
+
+    def fields(self) -> StructType:
+        """The parsed columns; ``ValueError`` naming the problem when the DDL is unusable.
+
+        Needs an active SparkSession (Spark parses the DDL).
+        """
+        if self.format not in PARSE_FORMATS:
+            raise ValueError(f"parse format '{self.format}' is not one of {', '.join(PARSE_FORMATS)}")
+        try:
+            parsed = DataType.fromDDL(self.schema)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"schema '{self.schema}' is not a Spark DDL schema: {first}") from None
+        if not isinstance(parsed, StructType) or not parsed.fields:
+            raise ValueError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
+        taken = {c.lower() for c in TABLE_COLUMNS} | {KEY, _PARSED, self.corrupt_column.lower()}
+        clash = [f.name for f in parsed.fields if f.name.lower() in taken]
+        if clash:
+            raise ValueError(
+                f"schema column(s) {', '.join(clash)} clash with the table's own columns "
+                f"({', '.join(TABLE_COLUMNS)}, {self.corrupt_column}); rename them in the schema"
+            )
+        return parsed
+
+    def columns(self) -> tuple[str, ...]:
+        """The columns the parse adds to the table, in order."""
+        return tuple(f.name for f in self.fields().fields) + (self.corrupt_column,)
+
+    def apply(self, df: DataFrame) -> DataFrame:
+        """``df`` with the parsed columns and ``corrupt_column`` added (see the class doc)."""
+        fields = self.fields()
+        text = F.col("body").cast("string")
+        with_corrupt = StructType(fields.fields + [StructField(self.corrupt_column, StringType())])
+        parsed = F.from_json(text, with_corrupt, {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": self.corrupt_column})
+        out = df.withColumn(_PARSED, parsed)
+        bad = (
+            F.col("body").isNull()
+            | ~F.is_valid_utf8(text)
+            | F.col(_PARSED).isNull()
+            | F.col(_PARSED)[self.corrupt_column].isNotNull()
+        )
+        for f in fields.fields:
+            out = out.withColumn(
+                f.name, F.when(bad, F.lit(None).cast(f.dataType)).otherwise(F.col(_PARSED)[f.name]))
+        out = out.withColumn(
+            self.corrupt_column,
+            F.when(bad, F.coalesce(F.make_valid_utf8(text), F.lit(""))).otherwise(F.lit(None).cast("string")))
+        return out.drop(_PARSED)
+
+
+@dataclass
+class BatchReport:
+    """What one micro-batch did; printed by the job and kept for tests and the demo."""
+
+    batch_id: int
+    rows_in: int
+    duplicates_in_batch: int
+    already_in_table: int
+    written: int
+    replay_rows_appended: int = 0
+    #: rows written whose body did not parse (only with a ``BodyParse``); ``None`` without one
+    corrupt: int | None = None
+
+    def line(self) -> str:
+        text = (f"batch {self.batch_id}: {self.rows_in} rows read, "
+                f"{self.duplicates_in_batch} duplicates within the batch, "
+                f"{self.already_in_table} already in the table, {self.written} written")
+        if self.replay_rows_appended:
+            text += (f" ({self.replay_rows_appended} appended after Delta skipped an "
+                     "already-committed replay)")
+        if self.corrupt is not None:
+            text += f", {self.corrupt} unparsable (kept with their body in {CORRUPT_COLUMN})"
+        return text
+
+
+@dataclass
+class DeltaSinkTotals:
+    batches: int = 0
+    rows_in: int = 0
+    duplicates_dropped: int = 0
+    written: int = 0
+    corrupt: int = 0
+    reports: list[BatchReport] = field(default_factory=list)
+
+
+def delta_table_exists(spark: SparkSession, path: str) -> bool:
+    """True when ``path`` holds a Delta table (its ``_delta_log`` exists), on any Hadoop FS."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    log_dir = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
+    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return bool(fs.exists(log_dir))
+
+
+class IdempotentDeltaWriter:
+    """``foreachBatch`` function writing reader rows into the Delta table at ``path``.
+
+    One object per query run: its first call is the batch that may be a replay.
+    ``set_app_id`` must be called with the query id once ``start()`` returned (the first
+    batch waits for it); the id survives restarts because Spark keeps it in the checkpoint.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        dedupe: str = "redelivered",
+        on_report: Callable[[BatchReport], None] | None = None,
+        after_commit: Callable[[int], None] | None = None,
+        id_header: str | None = None,
+        parse: BodyParse | None = None,
+    ) -> None:
+        if dedupe not in DEDUPE_SCOPES:
+            raise ValueError(f"dedupe must be one of {DEDUPE_SCOPES}, got {dedupe!r}")
+        self.path = path
+        self.parse = parse
+        #: the table's columns; a parse adds its columns and ``_corrupt`` (set in __call__,
+        #: where a SparkSession exists to read the DDL)
+        self.columns: tuple[str, ...] = TABLE_COLUMNS
+        self.dedupe = dedupe
+        self.id_header = id_header
+        self.on_report = on_report
+        self.after_commit = after_commit
+        self.totals = DeltaSinkTotals()
+        self._app_id: str | None = None
+        self._app_id_set = threading.Event()
+        self._first = True
+        self._exists = False
+
+    def set_app_id(self, app_id: str) -> None:
+        self._app_id = app_id
+        self._app_id_set.set()
+
+    def _wait_app_id(self) -> str:
+        if not self._app_id_set.wait(120):
+            raise RuntimeError("IdempotentDeltaWriter: set_app_id() was never called")
+        assert self._app_id is not None
+        return self._app_id
+
+    def _key(self) -> Column:
+        """What identifies a message: ``message_id``, or a producer's id header when given.
+
+        Artemis gives a message a new ``message-id`` (and no redelivered flag) when it moves
+        it to another node; a header the producer set survives the move.
+        """
+        if self.id_header:
+            return F.coalesce(F.col("headers")[self.id_header], F.col("message_id"))
+        return F.col("message_id")
+
+    def _table_ids(self, spark: SparkSession) -> DataFrame:
+        """The table's message keys as of now (a fresh snapshot on every call)."""
+        return spark.read.format("delta").load(self.path).select(self._key().alias(KEY))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        app_id = self._wait_app_id()
+        spark = batch.sparkSession
+        strict = self._first or self.dedupe == "all"
+        self._first = False
+        if not self._exists:
+            self._exists = delta_table_exists(spark, self.path)
+
+        # Persisted so that every action below sees the same rows without planning the source
+        # again, and the same ingest_time (current_timestamp is evaluated per query).
+        source = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        rows_in = source.count()
+        unique = (
+            source.withColumn(KEY, self._key())
+            .dropDuplicates([KEY])
+            .withColumn("ingest_time", F.current_timestamp())
+            .withColumn("batch_id", F.lit(batch_id).cast("long"))
+        )
+        if self.parse is not None:
+            self.columns = TABLE_COLUMNS + self.parse.columns()
+            unique = self.parse.apply(unique)
+        columns = self.columns
+        unique = unique.select(KEY, *columns).persist(StorageLevel.MEMORY_AND_DISK)
+        corrupt: int | None = None
+        try:
+            unique_count = unique.count()
+            source.unpersist()
+            if self._exists and strict:
+                fresh = unique.join(self._table_ids(spark), KEY, "left_anti")
+            elif self._exists:
+                redelivered = unique.where(F.col("redelivered"))
+                if redelivered.isEmpty():
+                    fresh = unique
+                else:
+                    fresh = unique.where(~F.col("redelivered")).unionByName(
+                        redelivered.join(self._table_ids(spark), KEY, "left_anti")
+                        .select(KEY, *columns)
+                    )
+            else:
+                fresh = unique
+            fresh = fresh.select(KEY, *columns).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                written = fresh.count()
+                if self.parse is not None:
+                    corrupt = fresh.where(F.col(self.parse.corrupt_column).isNotNull()).count()
+                (fresh.select(*columns).write.format("delta").mode("append")
+                 .option("txnAppId", app_id).option("txnVersion", batch_id)
+                 .save(self.path))
+                self._exists = True
+                appended = 0
+                if strict and written:
+                    appended = self._append_if_skipped(spark, fresh)
+            finally:
+                fresh.unpersist()
+        finally:
+            unique.unpersist()
+            source.unpersist()
+        report = BatchReport(
+            batch_id=batch_id,
+            rows_in=rows_in,
+            duplicates_in_batch=rows_in - unique_count,
+            already_in_table=unique_count - written,
+            written=written,
+            replay_rows_appended=appended,
+            corrupt=corrupt,
+        )
+        self.totals.batches += 1
+        self.totals.corrupt += corrupt or 0
+        self.totals.rows_in += rows_in
+        self.totals.duplicates_dropped += rows_in - written
+        self.totals.written += written
+        self.totals.reports.append(report)
+        if corrupt:
+            log.warning("clustermq delta sink: batch %d: %d bodies did not parse as %s; kept "
+                        "with the body in column %s", batch_id, corrupt,
+                        self.parse.format if self.parse else "", CORRUPT_COLUMN)
+        log.info("clustermq delta sink: %s", report.line())
+        if self.on_report:
+            self.on_report(report)
+        if self.after_commit:
+            self.after_commit(batch_id)
+
+    def _append_if_skipped(self, spark: SparkSession, fresh: DataFrame) -> int:
+        """After a ``txnVersion`` append: append (without it) the rows Delta did not take.
+
+        ``fresh`` holds only ids absent from the table before the append, so rows still absent
+        now were skipped because this batch id was committed by an earlier run.
+        """
+        missing = fresh.join(self._table_ids(spark), KEY, "left_anti").select(
+            *self.columns
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            count = missing.count()
+            if count:
+                log.warning(
+                    "clustermq delta sink: batch already committed by an earlier run; its "
+                    "replay brought %d messages that are not in the table: appending them", count)
+                missing.write.format("delta").mode("append").save(self.path)
+            return count
+        finally:
+            missing.unpersist()
+
+
+def start_queue_to_delta(
+    spark: SparkSession,
+    reader_options: dict[str, str],
+    table: str,
+    checkpoint: str,
+    trigger: str,
+    dedupe: str = "redelivered",
+    on_report: Callable[[BatchReport], None] | None = None,
+    after_commit: Callable[[int], None] | None = None,
+    id_header: str | None = None,
+    parse: BodyParse | None = None,
+) -> tuple[object, IdempotentDeltaWriter]:
+    """Start the queue → Delta streaming query (``spark_jobs/queue_to_delta.py``, the demo).
+
+    Returns the running query and its sink (whose ``totals`` count what was written). A bad
+    ``parse`` schema is a ``JobConfigError`` naming ``--schema``, raised before the query
+    starts (nothing is consumed).
+    """
+    from clustermq.pipelines.jobs import JobConfigError, apply_trigger
+
+    if parse is not None:
+        try:
+            parse.fields()
+        except ValueError as exc:
+            raise JobConfigError(f"--schema: {exc}") from None
+    sink = IdempotentDeltaWriter(table, dedupe, on_report=on_report, after_commit=after_commit,
+                                 id_header=id_header, parse=parse)
+    stream = spark.readStream.format("clustermq").options(**reader_options).load()
+    writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    query = apply_trigger(writer, trigger).start()
+    # The query id is kept in the checkpoint: the same txnAppId after every restart.
+    sink.set_app_id(f"clustermq-queue-to-delta-{query.id}")
+    return query, sink

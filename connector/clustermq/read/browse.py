@@ -1,0 +1,219 @@
+"""Batch read (``spark.read.format("clustermq")``): a browse snapshot of every node's queue.
+
+A queue browser (ActiveMQ Classic: STOMP ``SUBSCRIBE`` with ``browser:true``; the broker ends
+the listing with a MESSAGE carrying ``browser:end``) sees the messages without consuming them,
+so the read leaves every queue as it was. Unlike the streaming reader, nothing has to be
+acknowledged after a commit, so each executor task opens its own connection: one partition per
+node, in parallel, with no driver-side state.
+
+What a browse cannot promise, and how the read guards against it:
+
+* Classic hands a browser at most ``maxBrowsePageSize`` messages of a destination (default
+  400; measured: 400 of 2,200) and no more than fit in its memory limit. The task compares the
+  number browsed with the node's queue depth measured before and after the browse; fewer than
+  the smaller of the two means the broker cut the listing, and the read fails with an error that
+  names the broker setting and the drain export, instead of returning a silently partial
+  "snapshot".
+* Artemis has no STOMP browse: the read fails at planning, pointing to the drain export.
+* Messages that producers add or consumers take during the browse may or may not be seen: the
+  snapshot is per node and not atomic across nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import stomp
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection
+from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.nodes import Node
+from clustermq.errors import BrowseIncomplete, BrowseNotSupported
+from clustermq.options import OptionError, ReadOptions
+from clustermq.read.schema import to_record_batch
+from clustermq.read.subscription import BufferedMessage
+
+log = logging.getLogger("clustermq.browse")
+
+# Rows per Arrow batch handed to Spark: bounds executor memory for deep queues.
+_CHUNK = 5000
+# Headers that describe the browse delivery, not the message.
+_DELIVERY_HEADERS = frozenset({"ack", "subscription", "content-length", "browser"})
+DRAIN_HINT = (
+    "export the backlog by draining it instead: spark_jobs/export_backlog.py --mode drain "
+    "(a streaming read with Trigger.AvailableNow, acknowledged on commit)"
+)
+
+
+class NodePartition(InputPartition):
+    """One node's browse: the node's position in the ``brokers`` list."""
+
+    def __init__(self, index: int, node_name: str) -> None:
+        super().__init__(index)
+        self.index = index
+        self.node_name = node_name
+
+    def __repr__(self) -> str:
+        return f"NodePartition({self.index}, {self.node_name})"
+
+
+def check_browse_mode(options: ReadOptions) -> None:
+    """Refuse what a batch read cannot do, before any task runs."""
+    if options.mode == "drain":
+        raise OptionError(
+            "option 'mode': a batch read cannot drain a queue (nothing would acknowledge the "
+            f"messages after they are safely written); {DRAIN_HINT}"
+        )
+    if options.connection.flavor == "artemis":
+        raise BrowseNotSupported(
+            f"ActiveMQ Artemis cannot browse a queue over STOMP, so a batch read has nothing "
+            f"to read non-destructively; {DRAIN_HINT}"
+        )
+
+
+class ClusterMQBatchReader(DataSourceReader):
+    """``spark.read.format("clustermq")``: browse every node; one partition per node."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        check_browse_mode(options)
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"ClusterMQBatchReader(queue={self.options.connection.queue!r})"
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One partition per node; with ``flavor=auto`` ask a node which broker it is first."""
+        if self.options.connection.flavor == "auto":
+            dialect = detect_cluster_dialect(self.options)
+            if not dialect.can_browse:
+                raise BrowseNotSupported(
+                    f"the cluster runs {dialect.name}, which cannot browse a queue over STOMP; "
+                    f"{DRAIN_HINT}"
+                )
+        return [NodePartition(i, n.name) for i, n in enumerate(self.options.connection.nodes)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, NodePartition)
+        node = self.options.connection.nodes[partition.index]
+        return browse_node(node, partition.index, self.options)
+
+
+def detect_cluster_dialect(options: ReadOptions) -> BrokerDialect:
+    """The dialect of the first node that answers (all nodes of a cluster are one product)."""
+    errors = []
+    for node in options.connection.nodes:
+        try:
+            conn, connected = open_connection(node, options.connection)
+        except NodeUnavailable as exc:
+            errors.append(str(exc))
+            continue
+        close_connection(conn)
+        return resolve_dialect(options.connection.flavor, connected.get("server"))
+    raise NodeUnavailable(options.connection.nodes[0], "no node reachable: " + "; ".join(errors))
+
+
+class _Browser(stomp.ConnectionListener):
+    """Receiver thread → queue; the reading generator does all the work on its own thread."""
+
+    def __init__(self) -> None:
+        self.frames: queue_mod.Queue[tuple[str, Any]] = queue_mod.Queue()
+
+    def on_message(self, frame: Any) -> None:
+        self.frames.put(("message", frame))
+
+    def on_error(self, frame: Any) -> None:
+        self.frames.put(("error", frame.headers.get("message", "ERROR frame")))
+
+    def on_disconnected(self) -> None:
+        self.frames.put(("lost", None))
+
+
+def _depth(node: Node, options: ReadOptions) -> int | None:
+    from clustermq.broker.depth import queue_depth
+
+    username, password = options.connection.login
+    try:
+        return queue_depth(node, options.connection.queue, username, password,
+                           options.connection.connect_timeout_s)
+    except Exception as exc:
+        log.warning("node %s: queue depth unknown (%s); cannot check the browse is complete",
+                    node.name, exc)
+        return None
+
+
+def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """Every message of ``queue`` on ``node``, as record batches; the queue is left unchanged.
+
+    ``sequence`` is the message's position in the node's browse (0, 1, ...).
+    """
+    conn_options = options.connection
+    depth_before = _depth(node, options)
+    browser = _Browser()
+    conn, connected = open_connection(node, conn_options, browser)
+    try:
+        dialect = resolve_dialect(conn_options.flavor, connected.get("server"))
+        if not dialect.can_browse:
+            raise BrowseNotSupported(
+                f"broker node {node.name} runs {dialect.name}, which cannot browse a queue "
+                f"over STOMP; {DRAIN_HINT}"
+            )
+        conn.subscribe(
+            destination=dialect.destination(conn_options.queue),
+            id=f"clustermq-browse-{index}",
+            ack="auto",
+            headers={"browser": "true", **dialect.routing_headers()},
+        )
+        seen = 0
+        chunk: list[BufferedMessage] = []
+        while True:
+            try:
+                kind, payload = browser.frames.get(timeout=options.browse_idle_timeout_s)
+            except queue_mod.Empty:
+                raise TimeoutError(
+                    f"broker node {node.name}: browse of '{conn_options.queue}' received nothing "
+                    f"for {options.browse_idle_timeout_s:.0f} s after {seen} messages "
+                    "(option browseIdleTimeout)"
+                ) from None
+            if kind == "error":
+                raise RuntimeError(f"broker node {node.name} refused the browse: {payload}")
+            if kind == "lost":
+                raise NodeUnavailable(node, f"connection lost during the browse, after {seen} messages")
+            frame = payload
+            if frame.headers.get("browser") == "end":
+                break
+            headers = {k: v for k, v in frame.headers.items() if k not in _DELIVERY_HEADERS}
+            body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
+            chunk.append(BufferedMessage(headers=headers, body=body, ack_id=None, generation=0,
+                                         arrival=seen, seq=seen))
+            seen += 1
+            if len(chunk) >= _CHUNK:
+                yield _to_batch(node, chunk, dialect, conn_options.group_id_header)
+                chunk = []
+        if chunk:
+            yield _to_batch(node, chunk, dialect, conn_options.group_id_header)
+    finally:
+        close_connection(conn)
+    depth_after = _depth(node, options)
+    known = [d for d in (depth_before, depth_after) if d is not None]
+    if known and seen < min(known):
+        raise BrowseIncomplete(
+            f"broker node {node.name}: the browse of '{conn_options.queue}' returned {seen} "
+            f"messages but the queue holds {min(known)} there: ActiveMQ Classic shows a browser "
+            "at most maxBrowsePageSize messages per destination (default 400) and no more than "
+            "fit in its memory limit. Raise maxBrowsePageSize in the broker's destination policy "
+            f"(conf/classic/activemq.xml.tmpl sets 100000), or {DRAIN_HINT}"
+        )
+    log.info("node %s: browsed %d messages of %s (depth %s before, %s after)", node.name, seen,
+             conn_options.queue, depth_before, depth_after)
+
+
+def _to_batch(
+    node: Node, messages: list[BufferedMessage], dialect: BrokerDialect, group_header: str
+) -> pa.RecordBatch:
+    batch, _ = to_record_batch(node.name, messages, dialect, group_header)
+    return batch

@@ -1,0 +1,74 @@
+"""Partitions: planned in the driver, read on executors.
+
+A partition carries its rows as Arrow IPC bytes, so the executor side needs no broker
+connection and no state: it only turns bytes back into record batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from clustermq.groups import bucket_for_group, bucket_for_ungrouped
+from clustermq.read.schema import from_ipc, to_ipc, to_record_batch
+
+if TYPE_CHECKING:
+    from clustermq.options import ReadOptions
+    from clustermq.read.consumer import ClusterConsumer
+    from clustermq.read.subscription import BufferedMessage
+
+
+class MessagesPartition(InputPartition):
+    """One Spark partition of a micro-batch: Arrow IPC bytes and a row count for the logs."""
+
+    def __init__(self, index: int, rows: int, data: bytes) -> None:
+        super().__init__(index)
+        self.index = index
+        self.rows = rows
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"MessagesPartition(index={self.index}, rows={self.rows}, bytes={len(self.data)})"
+
+
+def plan_partitions(
+    consumer: ClusterConsumer,
+    taken: list[tuple[int, list[BufferedMessage]]],
+    options: ReadOptions,
+) -> list[MessagesPartition]:
+    """Bucket every node's rows by group hash into ``numPartitions`` partitions.
+
+    Within a partition rows keep node order, then delivery order, so a group (which a
+    well-behaved producer keeps on one node) is read in broker delivery order.
+    """
+    n = options.num_partitions
+    per_partition: list[list[pa.RecordBatch]] = [[] for _ in range(n)]
+    counts = [0] * n
+    for node_index, messages in taken:
+        if not messages:
+            continue
+        sub = consumer.subscriptions[node_index]
+        assert sub.dialect is not None
+        batch, groups = to_record_batch(
+            sub.node.name, messages, sub.dialect, options.connection.group_id_header
+        )
+        buckets: list[list[int]] = [[] for _ in range(n)]
+        for row, (group, message) in enumerate(zip(groups, messages)):
+            if group is None:
+                buckets[bucket_for_ungrouped(message.seq, node_index, n)].append(row)
+            else:
+                buckets[bucket_for_group(group, n)].append(row)
+        for p, rows in enumerate(buckets):
+            if rows:
+                per_partition[p].append(batch.take(pa.array(rows, pa.int32())))
+                counts[p] += len(rows)
+    return [
+        MessagesPartition(p, counts[p], to_ipc(per_partition[p])) for p in range(n)
+    ]
+
+
+def read_partition(partition: MessagesPartition) -> Iterator[pa.RecordBatch]:
+    return from_ipc(partition.data)

@@ -1,0 +1,153 @@
+"""The micro-batch stream: Spark's calls translated into consumer operations.
+
+Acknowledge-on-commit (DESIGN.md §2): Spark calls ``latestOffset(start, limit)`` only after the
+commit log holds every batch up to ``start``, so acknowledging below ``start`` there is exactly
+"after the batch committed", with no one-batch lag, including the last batch before an idle
+period and the end of an AvailableNow run. ``commit(end)`` (late, not for every batch) does the
+same, cumulatively and idempotently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from clustermq.logs import apply_log_level
+from clustermq.options import ReadOptions
+from clustermq.read.consumer import ClusterConsumer
+from clustermq.read.offsets import NodeOffsets, make_offsets, parse_offsets
+from clustermq.read.partitions import MessagesPartition, plan_partitions, read_partition
+
+log = logging.getLogger("clustermq.stream")
+
+# While the buffer is empty, wait this long for a delivery before answering "no new data":
+# it spares Spark's trigger loop a Python round trip every few milliseconds.
+_EMPTY_POLL_S = 0.2
+
+
+class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``DataSourceStreamReader`` for a queue on every node of a broker cluster.
+
+    Spark constructs this object in several Python processes (the long-lived driver runner,
+    and short-lived planners that pickle it for executors). Only the runner ever calls the
+    offset methods, so the consumer is created on first use there and never pickled.
+    """
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._consumer: ClusterConsumer | None = None
+        apply_log_level()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        return state
+
+    def __repr__(self) -> str:
+        names = ",".join(n.name for n in self.options.connection.nodes)
+        return f"ClusterMQStreamReader(queue={self.options.connection.queue!r}, nodes={names})"
+
+    @property
+    def consumer(self) -> ClusterConsumer:
+        if self._consumer is None:
+            consumer = ClusterConsumer(self.options)
+            consumer.start()
+            self._consumer = consumer
+        return self._consumer
+
+    def _names(self) -> list[str]:
+        return [n.name for n in self.options.connection.nodes]
+
+    # --------------------------------------------------------------- offsets
+    def initialOffset(self) -> NodeOffsets:
+        self.consumer  # noqa: B018 - connect now: an unreachable cluster fails the query at start
+        return make_offsets({}, self._names())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_messages_per_trigger is not None:
+            return ReadMaxRows(self.options.max_messages_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows, self.options.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxBytes):
+            return self.options.max_messages_per_trigger, limit.max_bytes
+        return None, None  # ReadAllAvailable (and limits this source does not implement)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> NodeOffsets:
+        consumer = self.consumer
+        begin = parse_offsets(start, self._names())
+        consumer.set_start(begin)
+        consumer.acknowledge(begin)
+        consumer.check_reachable()
+        max_messages, max_bytes = self._limits(limit)
+        end = consumer.latest(begin, max_messages, max_bytes)
+        if end == begin:
+            consumer.wait_for_arrival(_EMPTY_POLL_S)
+            end = consumer.latest(begin, max_messages, max_bytes)
+        while end == begin and consumer.available_now_pending(begin):
+            consumer.check_reachable()
+            consumer.wait_for_arrival(0.5)
+            end = consumer.latest(begin, max_messages, max_bytes)
+        return end
+
+    def reportLatestOffset(self) -> NodeOffsets | None:
+        if self._consumer is None:
+            return None
+        return make_offsets(
+            {s.node: s.next_seq or 0 for s in self._consumer.status()}, self._names()
+        )
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        from clustermq.broker.depth import QueueDepths, connection_depths
+
+        def probe() -> QueueDepths:
+            return connection_depths(self.options.connection)
+
+        depths = probe()
+        unknown = [name for name, depth in depths.items() if depth is None]
+        if unknown:
+            log.warning("clustermq: queue depth unknown on %s; AvailableNow reads what arrives "
+                        "until availableNowIdleTimeout", ", ".join(unknown))
+        backlog = sum(d for d in depths.values() if d)
+        if unknown:
+            backlog = max(backlog, 1 << 62)
+        self.consumer.prepare_available_now(backlog, probe)
+
+    # --------------------------------------------------------------- batches
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        names = self._names()
+        begin, finish = parse_offsets(start, names), parse_offsets(end, names)
+        if begin == finish:
+            return []
+        consumer = self.consumer
+        consumer.set_start(begin)
+        taken = consumer.take(begin, finish)
+        return plan_partitions(consumer, taken, self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, MessagesPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        if self._consumer is not None:
+            self._consumer.acknowledge(parse_offsets(end, self._names()))
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.stop()
+            self._consumer = None

@@ -1,0 +1,427 @@
+"""One node's subscription: a STOMP connection, a bounded buffer, and reconnection with back-off.
+
+Lives only in the driver-side reader process (see DESIGN.md §2). stomp.py's receiver thread
+only appends to the buffer; acknowledgements are sent from the caller's thread (Spark's
+``latestOffset``/``commit``), never from the receiver thread, which deadlocked in a measurement.
+
+Sequence numbers: every delivered message gets the node's next delivery counter value. The
+counter's starting point (``base``) is unknown until Spark names a start offset; messages that
+arrive before that wait in ``_unnumbered``. Offsets up to ``reserved_end`` were handed to Spark
+and may still be asked for by ``partitions``; everything from there on is ours to drop when a
+connection is lost (the broker gives those messages back and redelivers them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import stomp
+
+from clustermq.broker.connection import (
+    HEARTBEAT_RECEIVE_SCALE,
+    NodeUnavailable,
+    close_connection,
+    open_connection,
+)
+from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.nodes import Node
+from clustermq.options import ReadOptions
+from clustermq.read.copies import RecentIds
+
+log = logging.getLogger("clustermq.subscription")
+
+# Headers that describe the delivery on this connection, not the message.
+_CONNECTION_HEADERS = frozenset({"ack", "subscription", "content-length"})
+# Bytes Artemis's flow control charges per message beyond the body (headers, envelope).
+_ARTEMIS_OVERHEAD_BYTES = 512
+
+
+@dataclass(slots=True)
+class BufferedMessage:
+    headers: dict[str, str]
+    body: bytes
+    ack_id: str | None
+    generation: int
+    arrival: int
+    seq: int = -1
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+@dataclass
+class NodeStatus:
+    node: str
+    connected: bool
+    buffered: int
+    next_seq: int | None
+    acked_upto: int | None
+    reconnects: int
+    last_error: str | None = field(default=None)
+
+
+class _Receiver(stomp.ConnectionListener):
+    """stomp.py's callbacks for one connection (one ``generation``) of a subscription.
+
+    Remembers when the node last sent anything, so a loss can be told apart: stomp.py's
+    heart-beat thread closes the socket *before* it calls ``on_heartbeat_timeout``, and the
+    receiver thread usually reports ``on_disconnected`` first (measured: every stall in the
+    network-fault test was reported as "connection lost").
+    """
+
+    def __init__(self, owner: NodeSubscription, generation: int) -> None:
+        self.owner = owner
+        self.generation = generation
+        self.last_frame = time.monotonic()
+
+    def _reason(self, default: str) -> str:
+        silent = time.monotonic() - self.last_frame
+        heartbeat_s = self.owner.options.connection.heartbeat_ms / 1000
+        if heartbeat_s and silent >= 0.95 * heartbeat_s * HEARTBEAT_RECEIVE_SCALE:
+            return f"heart-beat timeout: nothing received for {silent:.1f} s"
+        return default
+
+    def on_connected(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+
+    def on_heartbeat(self) -> None:
+        self.last_frame = time.monotonic()
+
+    def on_receipt(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+
+    def on_message(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+        self.owner._on_message(frame, self.generation)
+
+    def on_disconnected(self) -> None:
+        self.owner._on_lost(self.generation, self._reason("connection lost"))
+
+    def on_heartbeat_timeout(self) -> None:
+        self.owner._on_lost(self.generation, self._reason("heart-beat timeout"))
+
+    def on_error(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+        message = frame.headers.get("message", "ERROR frame")
+        log.error("node %s sent ERROR: %s", self.owner.node.name, message)
+        self.owner._note_error(message)
+
+
+class NodeSubscription:
+    """The query's competing consumer on one node."""
+
+    def __init__(
+        self,
+        node: Node,
+        index: int,
+        options: ReadOptions,
+        arrivals: Iterator[int],
+        on_dropped: Callable[[int], None],
+        recent: RecentIds | None = None,
+    ) -> None:
+        self.node = node
+        self.index = index
+        self.options = options
+        self.dialect: BrokerDialect | None = None
+        self._arrivals = arrivals
+        # deliveries that do not count towards AvailableNow's backlog (given back, or copies)
+        self._on_dropped = on_dropped
+        self._recent = recent if recent is not None else RecentIds()
+        self._lock = threading.Condition()
+        self._conn: stomp.Connection12 | None = None
+        self._generation = 0
+        self._connected = False
+        self._lost = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unnumbered: list[BufferedMessage] = []
+        self._messages: deque[BufferedMessage] = deque()
+        self.base: int | None = None
+        self.next_seq: int | None = None
+        self.reserved_end: int | None = None
+        self.acked_upto: int | None = None
+        self.reconnects = 0
+        self.last_error: str | None = None
+        self.last_arrival = time.monotonic()
+        self.last_connected = 0.0
+        self.lost_at: float | None = None
+
+    # ------------------------------------------------------------------ connection
+    def connect_once(self) -> None:
+        """One connection attempt; raises :class:`NodeUnavailable`."""
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+        conn, connected = open_connection(
+            self.node, self.options.connection, _Receiver(self, generation)
+        )
+        try:
+            dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
+            self.dialect = dialect  # deliveries start before subscribe() returns (_message_key)
+            conn.subscribe(
+                destination=dialect.destination(self.options.connection.queue),
+                id=f"clustermq-{self.index}",
+                ack=self.options.ack_mode,
+                headers=dialect.subscribe_headers(
+                    self.options.prefetch_per_node, self._window_bytes()
+                ),
+            )
+        except Exception:
+            close_connection(conn)
+            raise
+        with self._lock:
+            self.dialect = dialect
+            self._conn = conn
+            self._connected = True
+            self._lost.clear()
+            self.last_connected = time.monotonic()
+            self.last_error = None
+        log.info("subscribed to %s on node %s (%s)", self.options.connection.queue,
+                 self.node.name, dialect.name)
+
+    def _window_bytes(self) -> int:
+        """Artemis flow control (``consumer-window-size``) counts bytes, not messages.
+
+        Room for ``prefetchPerNode`` messages of the expected size, so a node can deliver a full
+        batch ahead of acknowledgement (the 10 KiB default would cap a batch at a few dozen
+        messages), yet driver memory stays bounded in bytes. The expected size is
+        ``maxBytesPerTrigger / maxMessagesPerTrigger`` when both are set, else 1 KiB, plus
+        what Artemis counts besides the body (about 270 bytes measured for a 200-byte body).
+        """
+        opts = self.options
+        body = 1024
+        if opts.max_bytes_per_trigger and opts.max_messages_per_trigger:
+            body = max(64, opts.max_bytes_per_trigger // opts.max_messages_per_trigger)
+        window = opts.prefetch_per_node * (body + _ARTEMIS_OVERHEAD_BYTES)
+        if opts.max_bytes_per_trigger:  # a byte-limited batch must fit, twice (next one buffered)
+            window = max(window, 2 * opts.max_bytes_per_trigger)
+        return max(64 * 1024, min(window, 1 << 30))
+
+    def start(self) -> None:
+        """Run the reconnect supervisor; the first attempt was made by the caller."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._supervise, name=f"clustermq-node-{self.index}", daemon=True
+            )
+            self._thread.start()
+
+    def _supervise(self) -> None:
+        next_delay = self.options.connection.reconnect.delays()
+        while not self._stopping.is_set():
+            if self._connected:
+                self._lost.wait(1.0)
+                continue
+            delay = next_delay()
+            if self._stopping.wait(delay):
+                return
+            try:
+                self.connect_once()
+            except (NodeUnavailable, OSError, stomp.exception.StompException) as exc:
+                self._note_error(str(exc))
+                log.warning("node %s still unreachable, next attempt in <= %.1f s: %s",
+                            self.node.name, self.options.connection.reconnect.max_delay_s, exc)
+                continue
+            self.reconnects += 1
+            # WARNING like the loss itself, so the default log shows both ends of an outage.
+            down_s = time.monotonic() - self.lost_at if self.lost_at is not None else 0.0
+            log.warning("reconnected to node %s after %.1f s (reconnect %d)",
+                        self.node.name, down_s, self.reconnects)
+            next_delay = self.options.connection.reconnect.delays()
+
+    def _note_error(self, message: str) -> None:
+        self.last_error = message
+
+    def _on_lost(self, generation: int, reason: str) -> None:
+        """Called from stomp.py's thread: forget what was not handed to Spark yet."""
+        with self._lock:
+            if generation != self._generation or not self._connected:
+                return
+            self._connected = False
+            self._generation += 1  # frames still in flight on the old connection are late
+            self.lost_at = time.monotonic()
+            conn, self._conn = self._conn, None
+            dropped = self._drop_unreserved()
+            self._lock.notify_all()
+        log.warning("lost node %s (%s); %d unplanned messages given back to the broker",
+                    self.node.name, reason, dropped)
+        self._on_dropped(dropped)
+        self._lost.set()
+        if conn is not None:
+            threading.Thread(target=close_connection, args=(conn,), daemon=True).start()
+
+    def resubscribe(self, reason: str) -> bool:
+        """Re-open this node's connection if it holds nothing Spark still needs; True if it did.
+
+        A Classic network of brokers sometimes stops dispatching to a consumer that has room
+        while the node still holds messages (docs/design.md, "Dispatch stalls"); a consumer
+        that connects afresh gets them at once. Only done when every delivered message was
+        acknowledged, so it cannot produce a duplicate.
+        """
+        with self._lock:
+            if not self._connected or self._messages or self._unnumbered:
+                return False
+            generation = self._generation
+        self._on_lost(generation, reason)
+        return True
+
+    def _drop_unreserved(self) -> int:
+        given_back = list(self._unnumbered)
+        self._unnumbered.clear()
+        if self.reserved_end is not None:
+            while self._messages and self._messages[-1].seq >= self.reserved_end:
+                given_back.append(self._messages.pop())
+            self.next_seq = max(self.reserved_end, self._messages[-1].seq + 1 if self._messages else 0)
+        self._recent.forget(self._message_key(m.headers) for m in given_back)
+        return len(given_back)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._connected = False
+        close_connection(conn)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    # ------------------------------------------------------------------ buffer
+    def _on_message(self, frame: Any, generation: int) -> None:
+        headers = {k: v for k, v in frame.headers.items() if k not in _CONNECTION_HEADERS}
+        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
+        message = BufferedMessage(
+            headers=headers,
+            body=body,
+            ack_id=frame.headers.get("ack"),
+            generation=generation,
+            arrival=next(self._arrivals),
+        )
+        with self._lock:
+            late = generation != self._generation
+            if not late:
+                if self.next_seq is None:
+                    self._unnumbered.append(message)
+                else:
+                    message.seq = self.next_seq
+                    self.next_seq += 1
+                    self._messages.append(message)
+                self.last_arrival = time.monotonic()
+                self._lock.notify_all()
+        if late:  # a frame of a dropped connection: the broker redelivers it, count it again
+            self._on_dropped(1)
+        elif self._recent.seen_before(self._message_key(headers)):
+            self._on_dropped(1)  # a copy of a message already delivered (copies.py)
+
+    def _message_key(self, headers: dict[str, str]) -> str | None:
+        dialect = self.dialect
+        return dialect.message_id(headers, self.node.name) if dialect is not None else None
+
+    def set_base(self, start: int) -> None:
+        """Number the stream from ``start`` (the first offset Spark names for this node)."""
+        with self._lock:
+            if self.base is not None:
+                return
+            self.base = start
+            self.next_seq = start
+            self.reserved_end = start
+            self.acked_upto = start
+            for message in self._unnumbered:
+                message.seq = self.next_seq
+                self.next_seq += 1
+                self._messages.append(message)
+            self._unnumbered.clear()
+
+    def available(self, start: int, cap_arrival: int | None = None) -> list[int]:
+        """Body sizes of buffered messages from ``start`` on (optionally only arrivals < cap)."""
+        with self._lock:
+            sizes = []
+            for message in self._messages:
+                if message.seq < start:
+                    continue
+                if cap_arrival is not None and message.arrival >= cap_arrival:
+                    break
+                sizes.append(message.size)
+            return sizes
+
+    def reserve(self, end: int) -> None:
+        """Offsets below ``end`` were handed to Spark: keep them across a lost connection."""
+        with self._lock:
+            if self.reserved_end is None or end > self.reserved_end:
+                self.reserved_end = end
+
+    def take(self, start: int, end: int, wait_s: float) -> list[BufferedMessage]:
+        """Messages with ``start <= seq < end``; a replay after a restart waits for redelivery.
+
+        If the brokers cannot redeliver enough within ``wait_s`` (another consumer took them),
+        the rest of the range is skipped, so a later message can never be numbered inside a
+        range Spark has already planned (it would be acknowledged without being emitted).
+        """
+        deadline = time.monotonic() + wait_s
+        with self._lock:
+            while (self.next_seq is None or self.next_seq < end) and not self._stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(min(remaining, 0.5))
+            if self.next_seq is not None and self.next_seq < end:
+                log.warning(
+                    "node %s: replay of offsets [%d, %d) got only %d messages in %.0f s; "
+                    "the rest were consumed elsewhere or not redelivered yet",
+                    self.node.name, start, end, self.next_seq - start, wait_s)
+                self.next_seq = end
+            if self.reserved_end is None or end > self.reserved_end:
+                self.reserved_end = end
+            return [m for m in self._messages if start <= m.seq < end]
+
+    def acknowledge(self, upto: int) -> int:
+        """Acknowledge every message below ``upto``; cumulative and idempotent.
+
+        Messages that arrived on an earlier connection cannot be acknowledged (an ACK must travel
+        on the receiving connection); the broker already took them back and redelivers them.
+        """
+        with self._lock:
+            if self.acked_upto is None or upto <= self.acked_upto:
+                return 0
+            done: list[BufferedMessage] = []
+            while self._messages and self._messages[0].seq < upto:
+                done.append(self._messages.popleft())
+            self.acked_upto = upto
+            conn = self._conn
+            generation = self._generation
+        current = [m for m in done if m.generation == generation and m.ack_id]
+        if not current or conn is None:
+            return 0
+        try:
+            if self.options.ack_mode == "client":
+                conn.ack(current[-1].ack_id)
+            else:
+                for message in current:
+                    conn.ack(message.ack_id)
+        except Exception as exc:
+            log.warning("node %s: ACK failed (%s); %d messages will be redelivered",
+                        self.node.name, exc, len(current))
+            return 0
+        return len(current)
+
+    def status(self) -> NodeStatus:
+        with self._lock:
+            return NodeStatus(
+                node=self.node.name,
+                connected=self._connected,
+                buffered=len(self._messages) + len(self._unnumbered),
+                next_seq=self.next_seq,
+                acked_upto=self.acked_upto,
+                reconnects=self.reconnects,
+                last_error=self.last_error,
+            )
+
+    def __iter__(self) -> Iterator[BufferedMessage]:
+        with self._lock:
+            return iter(list(self._messages))

@@ -1,0 +1,328 @@
+"""One writer task's publishing: a STOMP transaction per node, committed with a receipt, failover.
+
+A task sends every message inside a transaction on the node the message is routed to and
+COMMITs all of them at the end, each COMMIT confirmed by a RECEIPT: only a receipt proves the
+broker stored the messages. Until then nothing the task sent exists for anyone.
+
+Failover. Nodes are connected lazily, on their first message. A node that cannot be connected
+is skipped: its messages go to the next node of the failover order (see ``load_balancing``). A
+node lost while its transaction is open (send fails, the connection drops, the COMMIT gets no
+receipt) takes the transaction with it - the broker discards an uncommitted transaction - so
+the task re-sends that transaction's messages to the next reachable node. That is why every
+message stays buffered until its transaction is confirmed: the input iterator cannot be replayed.
+A COMMIT that got no receipt is *in doubt*: the broker may have committed it after all. The
+messages are re-sent elsewhere and the in-doubt node is left out of the task's counts, so the
+driver treats anything that did arrive there as garbage (see ``staging``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import stomp
+
+from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection
+from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.nodes import Node
+from clustermq.errors import HeaderNotCarried, LinkLost, MessageRefused, NoWritableNode
+from clustermq.options import WriteOptions
+from clustermq.write.load_balancing import failover_order
+
+log = logging.getLogger("clustermq.publisher")
+
+
+#: how ``LinkListener.reason`` starts when the node answered with an ERROR frame
+BROKER_ERROR = "broker sent ERROR"
+#: how long a failed SEND waits for the ERROR frame that explains it: Classic writes ERROR and
+#: closes the socket, so the sender's ``sendall`` can fail before the receiver thread read it
+_ERROR_GRACE_S = 2.0
+
+
+@dataclass
+class Outgoing:
+    """One message as the task built it, before node-specific (dialect) headers are added."""
+
+    preferred: int
+    headers: dict[str, str]
+    body: bytes
+    group_id: str | None
+    #: where the message comes from, for errors ("row 3 of partition 1")
+    label: str = ""
+
+
+class LinkListener(stomp.ConnectionListener):
+    """Connection-state flags and RECEIPT waits, shared by the publisher and the mover.
+
+    The callbacks run on stomp.py's receiver thread: they only set flags, never send.
+    """
+
+    def __init__(self) -> None:
+        self.lost = threading.Event()
+        self.reason = ""
+        self._receipts: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def on_disconnected(self) -> None:
+        self.reason = self.reason or "connection closed"
+        self.lost.set()
+
+    def on_heartbeat_timeout(self) -> None:
+        self.reason = self.reason or "heart-beat timeout"
+        self.lost.set()
+
+    def on_error(self, frame: Any) -> None:
+        self.reason = f"{BROKER_ERROR}: {frame.headers.get('message', '')}".strip()
+        self.lost.set()
+
+    def on_receipt(self, frame: Any) -> None:
+        with self._lock:
+            event = self._receipts.get(frame.headers.get("receipt-id", ""))
+        if event is not None:
+            event.set()
+
+    def wait_receipt(self, receipt_id: str, send: Callable[[], None], timeout: float) -> None:
+        """Run ``send`` (a frame carrying ``receipt``) and wait for the RECEIPT or a loss."""
+        event = threading.Event()
+        with self._lock:
+            self._receipts[receipt_id] = event
+        try:
+            send()
+            deadline = time.monotonic() + timeout
+            while not event.is_set():
+                if self.lost.is_set():
+                    raise LinkLost(self.reason or "connection lost before the RECEIPT")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LinkLost(f"no RECEIPT within {timeout:.0f} s")
+                event.wait(min(0.2, remaining))
+        finally:
+            with self._lock:
+                self._receipts.pop(receipt_id, None)
+
+
+def commit_with_receipt(conn: stomp.Connection12, listener: LinkListener, tx: str, timeout: float) -> None:
+    """COMMIT ``tx`` and return only when the broker confirmed it (``LinkLost`` otherwise)."""
+    receipt = f"commit-{uuid.uuid4().hex}"
+    try:
+        listener.wait_receipt(receipt, lambda: conn.commit(tx, headers={"receipt": receipt}), timeout)
+    except LinkLost:
+        raise
+    except Exception as exc:
+        raise LinkLost(f"COMMIT failed ({type(exc).__name__})") from None
+
+
+class _Link(LinkListener):
+    """A connection to one node, its open transaction and the messages sent in it."""
+
+    def __init__(self, index: int, node: Node) -> None:
+        super().__init__()
+        self.index = index
+        self.node = node
+        self.conn: stomp.Connection12 | None = None
+        self.dialect: BrokerDialect | None = None
+        self.tx: str | None = None
+        self.pending: list[Outgoing] = []
+
+
+class TaskPublisher:
+    """Publishes one task's messages; ``commit()`` returns the count committed on each node.
+
+    ``destination(node_index, dialect)`` names where messages routed to a node are sent (the
+    job's staging queue on that node).
+    """
+
+    def __init__(
+        self,
+        options: WriteOptions,
+        destination: Callable[[int, BrokerDialect], str],
+        task_label: str,
+    ) -> None:
+        self.options = options
+        self.nodes = list(options.connection.nodes)
+        self._destination = destination
+        self._label = task_label
+        self._links: dict[int, _Link] = {}
+        self._dead: dict[int, str] = {}
+        self.counts: dict[int, int] = {}
+        self.failovers = 0
+        #: messages a node answered with an ERROR frame: id -> (message, node index -> ERROR)
+        self._blame: dict[int, tuple[Outgoing, dict[int, str]]] = {}
+
+    # ------------------------------------------------------------------ routing
+    def _link_for(self, preferred: int) -> _Link:
+        """The first reachable node of ``preferred``'s failover order (connecting if needed)."""
+        for index in failover_order(preferred, len(self.nodes)):
+            if index in self._dead:
+                continue
+            link = self._links.get(index)
+            if link is not None:
+                return link
+            link = _Link(index, self.nodes[index])
+            try:
+                conn, connected = open_connection(
+                    link.node, self.options.connection, listener=link, listener_name="clustermq-publisher"
+                )
+            except NodeUnavailable as exc:
+                self._mark_dead(index, exc.reason)
+                continue
+            link.conn = conn
+            try:
+                link.dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
+            except ValueError:
+                close_connection(conn)
+                raise
+            self._links[index] = link
+            return link
+        raise NoWritableNode(
+            f"{self._label}: no broker node is reachable for writing: "
+            + "; ".join(f"{self.nodes[i].name}: {why}" for i, why in sorted(self._dead.items()))
+        )
+
+    def _mark_dead(self, index: int, reason: str) -> None:
+        if index not in self._dead:
+            log.warning("%s: node %s unavailable (%s); its messages go to the next node",
+                        self._label, self.nodes[index].name, reason)
+        self._dead[index] = reason
+
+    # ------------------------------------------------------------------ sending
+    def send(self, message: Outgoing) -> None:
+        """Send inside the transaction of the node the message routes to (failing over).
+
+        A node that answers with an ERROR frame is failed over like a lost one (the ERROR may
+        be the node's, e.g. a full store). When no node is left and nodes refused a message,
+        :class:`MessageRefused` names the row instead of reporting unreachable nodes.
+        """
+        while True:
+            try:
+                link = self._link_for(message.preferred)
+            except NoWritableNode as exc:
+                raise (self._refused() or exc) from None
+            try:
+                self._send_on(link, message)
+                return
+            except LinkLost as exc:
+                reason = self._error_reason(link, str(exc))
+                if reason.startswith(BROKER_ERROR):
+                    # the ERROR surfaced while this message was written: it is the suspect
+                    self._blame_on(link, [message], reason)
+                self._lose(link, reason)
+
+    @staticmethod
+    def _error_reason(link: _Link, fallback: str) -> str:
+        """The broker's ERROR text if the node sent one, else ``fallback``.
+
+        Classic writes ERROR and closes the socket: the SEND fails on the closed socket,
+        possibly before stomp.py's receiver thread has read the ERROR, hence the short wait.
+        """
+        if not link.lost.is_set():
+            link.lost.wait(_ERROR_GRACE_S)
+        return link.reason if link.reason.startswith(BROKER_ERROR) else fallback
+
+    def _blame_on(self, link: _Link, messages: list[Outgoing], reason: str) -> None:
+        for message in messages:
+            _, nodes = self._blame.setdefault(id(message), (message, {}))
+            nodes[link.index] = reason
+
+    def _refused(self) -> MessageRefused | None:
+        """The error naming the message most nodes refused, if any node refused one."""
+        if not self._blame:
+            return None
+        most = max(len(nodes) for _, nodes in self._blame.values())
+        suspects = [(m, nodes) for m, nodes in self._blame.values() if len(nodes) == most]
+        message, refused = suspects[0]
+        ident = message.headers.get("clustermq_id")
+        what = message.label or "a message"
+        if ident:
+            what += f" (clustermq_id {ident})"
+        if len(suspects) > 1:
+            what += (f" or one of the {len(suspects) - 1} other messages committed with it (the "
+                     "broker answered the transaction's COMMIT)")
+        reasons = {**self._dead, **refused}
+        return MessageRefused(
+            f"{self._label}: {what} with a {len(message.body):,}-byte body was refused by the "
+            "brokers: " + "; ".join(f"{self.nodes[i].name}: {why}" for i, why in sorted(reasons.items()))
+        )
+
+    def _send_on(self, link: _Link, message: Outgoing) -> None:
+        if link.lost.is_set():
+            raise LinkLost(link.reason or "connection lost")
+        assert link.conn is not None and link.dialect is not None
+        problem = link.dialect.header_value_problem(message.headers)
+        if problem:
+            raise HeaderNotCarried(f"{self._label}: {message.label or 'a message'}: {problem}")
+        headers = dict(message.headers)
+        headers.update(link.dialect.send_headers(message.group_id, self.options.connection.group_id_header))
+        try:
+            if link.tx is None:
+                link.tx = link.conn.begin()
+            link.conn.send(
+                self._destination(link.index, link.dialect), message.body,
+                headers=headers, transaction=link.tx,
+            )
+        except Exception as exc:
+            raise LinkLost(f"send failed ({type(exc).__name__})") from None
+        link.pending.append(message)
+
+    def _lose(self, link: _Link, reason: str) -> None:
+        """Drop a broken link and re-send its uncommitted messages to their next nodes."""
+        self._mark_dead(link.index, reason)
+        self._links.pop(link.index, None)
+        close_connection(link.conn)
+        orphans, link.pending, link.tx = link.pending, [], None
+        if orphans:
+            self.failovers += 1
+            log.warning("%s: node %s lost with %d uncommitted messages; re-sending them to the "
+                        "next node", self._label, link.node.name, len(orphans))
+        for message in orphans:
+            self.send(message)
+
+    # ------------------------------------------------------------------ ending
+    def commit(self) -> dict[int, int]:
+        """COMMIT every open transaction and wait for its RECEIPT; fail over what is lost."""
+        timeout = self.options.receipt_timeout_s
+        while True:
+            open_links = [l for l in self._links.values() if l.tx is not None and l.pending]
+            if not open_links:
+                return dict(self.counts)
+            for link in open_links:
+                if link.index not in self._links:
+                    continue  # lost while committing an earlier link's failover
+                assert link.conn is not None and link.tx is not None
+                try:
+                    commit_with_receipt(link.conn, link, link.tx, timeout)
+                except LinkLost as exc:
+                    reason = self._error_reason(link, str(exc))
+                    if reason.startswith(BROKER_ERROR):
+                        # an ERROR for a SEND arrives asynchronously, at the latest here: any
+                        # message of the transaction may be the one the broker refused
+                        self._blame_on(link, list(link.pending), reason)
+                    self._lose(link, f"COMMIT not confirmed: {reason}")
+                    continue
+                self.counts[link.index] = self.counts.get(link.index, 0) + len(link.pending)
+                link.pending, link.tx = [], None
+
+    def abort(self) -> None:
+        """ABORT every open transaction (closing the connection would roll back too)."""
+        for link in list(self._links.values()):
+            if link.tx is not None and link.conn is not None and not link.lost.is_set():
+                try:
+                    link.conn.abort(link.tx)
+                except Exception:
+                    pass
+            link.pending, link.tx = [], None
+        self.close()
+
+    def close(self) -> None:
+        for link in self._links.values():
+            close_connection(link.conn)
+        self._links.clear()
+
+    @property
+    def dead_nodes(self) -> dict[str, str]:
+        return {self.nodes[i].name: why for i, why in self._dead.items()}
