@@ -275,7 +275,8 @@ def test_broker_drops_a_retried_writer_task_by_duplicate_id(broker: Any) -> None
     """A re-run batch (same job, batch and partition: the same ``clustermq_id``s) is written and
     moved twice; the broker keeps one copy of each, by ``_AMQ_DUPL_ID``."""
     from clustermq.options import WriteOptions
-    from clustermq.write.staging import ID_HEADER, StagedTask, move_job, staging_queue
+    from clustermq.write.headers import ID_HEADER, staging_queue
+    from clustermq.write.staging import StagedTask, move_job
     from clustermq.write.writer import InputLayout, TaskIdentity, write_task
 
     queue = new_queue("dupl")

@@ -42,7 +42,8 @@ from pyspark.sql import functions as F
 
 from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import resolve_dialect
-from clustermq.options import MAX_QUEUE_NAME_BYTES, WriteOptions
+from clustermq.broker.queue_names import MAX_QUEUE_NAME_BYTES
+from clustermq.options import WriteOptions
 from clustermq.write.publisher import MessageRefused
 from clustermq.write.writer import InputLayout, TaskIdentity, write_task
 from test_reader import drain, new_queue

@@ -26,10 +26,10 @@ import stomp
 from clustermq.broker.depth import (
     QueueDepths,
     format_depth_table,
-    normalize_queue_name,
     queue_depths,
 )
 from clustermq.broker.nodes import Node, parse_nodes
+from clustermq.broker.queue_names import destination_queue_name
 from clustermq.devtools.localcluster import ClusterStartError, LocalCluster, get_flavor
 from clustermq.devtools.localcluster.classic import ClassicFlavor
 from clustermq.devtools.localcluster.ports import free_ports, node_ports
@@ -389,10 +389,10 @@ def test_bridge_state_from_log_lines() -> None:
 
 
 def test_queue_name_validation() -> None:
-    assert normalize_queue_name("/queue/orders.eu") == "orders.eu"
+    assert destination_queue_name("/queue/orders.eu") == "orders.eu"
     for bad in ("", "a.*", "a.>", "a,b", "/topic/x"):
         with pytest.raises(ValueError):
-            normalize_queue_name(bad)
+            destination_queue_name(bad)
 
 
 def test_fetch_is_safe_with_concurrent_callers(tmp_path: Path) -> None:

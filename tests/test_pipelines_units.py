@@ -150,7 +150,8 @@ def test_the_job_help_documents_the_parse_and_the_corrupt_column() -> None:
     ],
 )
 def test_queue_names_brokers_would_misroute_are_refused(name: str, fragment: str) -> None:
-    from clustermq.options import OptionError, check_queue_name
+    from clustermq.broker.queue_names import check_queue_name
+    from clustermq.errors import OptionError
 
     with pytest.raises(OptionError) as err:
         check_queue_name(name)

@@ -24,7 +24,8 @@ from pyspark.sql import functions as F
 
 from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
-from clustermq.write.staging import StagedTask, move_job, staging_queue
+from clustermq.write.headers import staging_queue
+from clustermq.write.staging import StagedTask, move_job
 from clustermq.write.writer import InputLayout, TaskIdentity, write_task
 from test_reader import drain, new_queue
 
@@ -346,7 +347,7 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
     and its move drops the old attempt's staged copies: every row is in the queue at least
     once, copies carry the same id (Classic) or are dropped by the broker (Artemis).
     """
-    from clustermq.write.staging import MoveError
+    from clustermq.errors import MoveError
 
     cluster = broker.cluster
     nodes = names(broker)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clustermq.broker.nodes import Node, TlsSettings, parse_nodes
+from clustermq.broker.queue_names import queue_name
 from clustermq.broker.settings import ConnectionOptions, ReconnectPolicy, Secret
 from clustermq.errors import OptionError
 
@@ -137,52 +138,7 @@ def _choice(raw: Mapping[str, str], name: str, choices: tuple[str, ...], default
 
 
 def _queue(raw: Mapping[str, str]) -> str:
-    queue = (raw.get("queue") or "").strip()
-    if not queue:
-        raise OptionError("option 'queue' is required: the name of the queue to read or write")
-    if queue.startswith("/"):
-        raise OptionError(
-            f"option 'queue': give the bare queue name, not a destination path ('{queue}')"
-        )
-    return check_queue_name(queue)
-
-
-#: Longest queue name in UTF-8 bytes. Classic refuses a header line over 10,240 bytes ("The
-#: maximum header length was exceeded", measured on 5.18.3), and the writer's staging queue
-#: ``clustermq.staging.<queue>.<32-hex job>.n<node>`` is about 60 bytes longer than the queue.
-MAX_QUEUE_NAME_BYTES = 1024
-#: Characters a queue name may not contain, and why (measured on Classic 5.18.3, Artemis 2.40.0;
-#: neither broker refuses them, they silently do something else): Classic reads ',' as a
-#: composite destination (one SEND lands in several queues) and '?' as the start of destination
-#: options (the rest of the name is dropped); '*' and '>' (Classic) and '#' and '*' (Artemis)
-#: make a SUBSCRIBE a wildcard subscription that consumes other queues; ':' and whitespace are
-#: kept out of headers and logs.
-FORBIDDEN_QUEUE_CHARS = ",*>#?:"
-
-
-def check_queue_name(queue: str) -> str:
-    """``queue`` if every broker flavor takes it for exactly one queue; ``OptionError`` if not.
-
-    Checked before anything is consumed or sent (option ``queue`` and the writer's per-row
-    ``destination``): both brokers accept most odd names without an ERROR and route them
-    somewhere else (see :data:`FORBIDDEN_QUEUE_CHARS`), and an empty name or one too long for a
-    header would only fail on the broker, mid-job.
-    """
-    bad = [c for c in queue if c in FORBIDDEN_QUEUE_CHARS or c.isspace() or not c.isprintable()]
-    if bad:
-        raise OptionError(
-            f"option 'queue': '{queue}' contains {bad[0]!r}; a queue name may not contain "
-            "spaces or control characters, ',', ':', '*', '>', '#' or '?' (brokers read them as "
-            "composite destinations, wildcards or destination options); allowed: letters, "
-            "digits and other printable characters such as '.', '-', '_'"
-        )
-    size = len(queue.encode("utf-8"))
-    if size > MAX_QUEUE_NAME_BYTES:
-        raise OptionError(
-            f"option 'queue': the name is {size} bytes long in UTF-8; at most "
-            f"{MAX_QUEUE_NAME_BYTES} are allowed (a STOMP header line has a broker limit)"
-        )
-    return queue
+    return queue_name(raw.get("queue") or "")
 
 
 TLS_OPTIONS = ("sslCaFile", "sslCertFile", "sslKeyFile", "sslVerifyHostname")

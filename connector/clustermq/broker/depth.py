@@ -51,6 +51,7 @@ import stomp
 
 from clustermq.broker.connection import apply_tls, register_secret, tls_failure
 from clustermq.broker.nodes import Node
+from clustermq.broker.queue_names import destination_queue_name
 from clustermq.broker.settings import ConnectionOptions
 from clustermq.errors import DepthError
 
@@ -82,20 +83,6 @@ class QueueDepths(dict):  # dict[str, int | None]
         return not self.errors
 
 
-def normalize_queue_name(queue: str) -> str:
-    """``orders`` or ``/queue/orders`` -> ``orders``; wildcards and composites are refused.
-
-    The statistics plugin treats the name as a destination *query*, so ``a.*`` or ``a,b`` would
-    match several queues; the depth of one queue is asked for here.
-    """
-    name = queue.strip()
-    if name.startswith("/queue/"):
-        name = name[len("/queue/") :]
-    if not name:
-        raise ValueError("queue name is empty")
-    if name.startswith("/") or any(c in name for c in "*>,") or name.startswith("ActiveMQ.Statistics"):
-        raise ValueError(f"'{queue}' is not a single plain queue name (no wildcards, composites or topics)")
-    return name
 
 
 class _Replies(stomp.ConnectionListener):
@@ -155,7 +142,7 @@ def _parse_map(body: str | bytes) -> dict[str, str]:
 
 def queue_depth(node: Node, queue: str, username: str | None, password: str | None, timeout: float = 10.0) -> int:
     """Depth of ``queue`` on one node; ``DepthError`` when the node cannot tell."""
-    name = normalize_queue_name(queue)
+    name = destination_queue_name(queue)
     deadline = time.monotonic() + timeout
     replies = _Replies()
     conn = stomp.Connection12(
@@ -323,7 +310,7 @@ def queue_depths(
     its reason is in the result's ``errors``.
     """
     node_list: Sequence[Node] = list(nodes)
-    name = normalize_queue_name(queue)
+    name = destination_queue_name(queue)
     result = QueueDepths(name)
     if not node_list:
         return result

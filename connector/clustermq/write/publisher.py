@@ -32,6 +32,7 @@ from clustermq.broker.dialect import BrokerDialect, resolve_dialect
 from clustermq.broker.nodes import Node
 from clustermq.errors import HeaderNotCarried, LinkLost, MessageRefused, NoWritableNode
 from clustermq.options import WriteOptions
+from clustermq.write.headers import ID_HEADER
 from clustermq.write.load_balancing import failover_order
 
 log = logging.getLogger("clustermq.publisher")
@@ -236,10 +237,10 @@ class TaskPublisher:
         most = max(len(nodes) for _, nodes in self._blame.values())
         suspects = [(m, nodes) for m, nodes in self._blame.values() if len(nodes) == most]
         message, refused = suspects[0]
-        ident = message.headers.get("clustermq_id")
+        ident = message.headers.get(ID_HEADER)
         what = message.label or "a message"
         if ident:
-            what += f" (clustermq_id {ident})"
+            what += f" ({ID_HEADER} {ident})"
         if len(suspects) > 1:
             what += (f" or one of the {len(suspects) - 1} other messages committed with it (the "
                      "broker answered the transaction's COMMIT)")

@@ -40,19 +40,17 @@ from clustermq.broker.depth import queue_depth
 from clustermq.broker.dialect import BrokerDialect, resolve_dialect
 from clustermq.errors import MoveError
 from clustermq.options import WriteOptions
+from clustermq.write.headers import (
+    ID_HEADER,
+    STAGING_PREFIX,
+    TARGET_HEADER,
+    TASK_HEADER,
+    staging_queue,
+)
 from clustermq.write.publisher import LinkListener, LinkLost, commit_with_receipt
 
 log = logging.getLogger("clustermq.staging")
 
-STAGING_PREFIX = "clustermq.staging"
-#: deterministic message id: ``<job>:<batch>:<partition>:<row>``
-ID_HEADER = "clustermq_id"
-#: the job (batch write) or streaming query the message was written by
-JOB_HEADER = "clustermq_job"
-#: staging only: the task attempt that staged the message
-TASK_HEADER = "clustermq_task"
-#: staging only: the queue the message is for (the row's ``destination`` or option ``queue``)
-TARGET_HEADER = "clustermq_target"
 
 #: headers a MESSAGE frame carries that are not the sender's (or are re-derived when moving)
 _NOT_FORWARDED = frozenset(
@@ -70,10 +68,6 @@ _IDLE_COMMIT_S = 0.5
 _PREFETCH = 1000
 _PURGE_WAIT_S = 5.0
 
-
-def staging_queue(queue: str, job_id: str, node_index: int) -> str:
-    """The staging queue of a job on one node."""
-    return f"{STAGING_PREFIX}.{queue}.{job_id}.n{node_index}"
 
 
 @dataclass(frozen=True)

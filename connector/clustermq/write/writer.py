@@ -55,22 +55,21 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from clustermq.broker.queue_names import queue_name
 from clustermq.errors import InputError
 from clustermq.logs import apply_log_level
-from clustermq.options import OptionError, WriteOptions, _queue
-from clustermq.write.load_balancing import group_node, job_key, task_node
-from clustermq.write.publisher import Outgoing, TaskPublisher
-from clustermq.write.staging import (
+from clustermq.options import OptionError, WriteOptions
+from clustermq.write.headers import (
+    CLUSTERMQ_PREFIX,
     ID_HEADER,
     JOB_HEADER,
     TARGET_HEADER,
     TASK_HEADER,
-    NodeMove,
-    StagedTask,
-    move_job,
-    purge_job,
     staging_queue,
 )
+from clustermq.write.load_balancing import group_node, job_key, task_node
+from clustermq.write.publisher import Outgoing, TaskPublisher
+from clustermq.write.staging import NodeMove, StagedTask, move_job, purge_job
 
 log = logging.getLogger("clustermq.writer")
 
@@ -91,7 +90,6 @@ _RESERVED_HEADERS = frozenset(
         "jmsxgroupid", "_amq_group_id", "_amq_dupl_id", "destination-type",
     }
 )
-_CLUSTERMQ_PREFIX = "clustermq_"
 
 
 # ---------------------------------------------------------------------------- input columns
@@ -122,8 +120,8 @@ def _check_header_name(name: str, group_header: str) -> str | None:
     lowered = name.lower()
     if lowered in _RESERVED_HEADERS or lowered == group_header.lower():
         return "is reserved (set by the writer from a column or an option)"
-    if lowered.startswith(_CLUSTERMQ_PREFIX):
-        return f"is reserved (the '{_CLUSTERMQ_PREFIX}' prefix belongs to the connector)"
+    if lowered.startswith(CLUSTERMQ_PREFIX):
+        return f"is reserved (the '{CLUSTERMQ_PREFIX}' prefix belongs to the connector)"
     return None
 
 
@@ -294,7 +292,7 @@ class MessageBuilder:
     def _destination(self, value: str, row: int) -> str:
         if value not in self._checked_destinations:
             try:
-                _queue({"queue": value})
+                queue_name(value, "destination")
             except OptionError as exc:
                 raise InputError(
                     f"{self._where(row)}: destination {value!r} is not a queue name: "

@@ -1,0 +1,24 @@
+"""The headers the writer adds to every message, and the staging queues' names.
+
+One module both halves of the writer (the tasks that stage, the driver that moves) and the
+publisher read, so a header's name is written once.
+"""
+
+from __future__ import annotations
+
+STAGING_PREFIX = "clustermq.staging"
+#: deterministic message id: ``<job>:<batch>:<partition>:<row>``
+ID_HEADER = "clustermq_id"
+#: the job (batch write) or streaming query the message was written by
+JOB_HEADER = "clustermq_job"
+#: staging only: the task attempt that staged the message
+TASK_HEADER = "clustermq_task"
+#: staging only: the queue the message is for (the row's ``destination`` or option ``queue``)
+TARGET_HEADER = "clustermq_target"
+#: prefix of every header the connector owns; rows may not set such headers themselves
+CLUSTERMQ_PREFIX = "clustermq_"
+
+
+def staging_queue(queue: str, job_id: str, node_index: int) -> str:
+    """The staging queue of a job on one node."""
+    return f"{STAGING_PREFIX}.{queue}.{job_id}.n{node_index}"
