@@ -29,16 +29,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from clustermq.pipelines.delta_jars import DeltaJarsMissing, delta_session
-from clustermq.pipelines.jobs import (
-    JobConfigError,
-    StreamProgress,
-    job_logging,
-    measure_backlog,
-    parse_key_values,
-    reader_options,
-    run_until_done,
-)
+from clustermq.errors import DeltaJarsMissing, JobConfigError
+from clustermq.pipelines.delta_session import delta_session
+from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
+from clustermq.pipelines.jobs import job_logging, parse_key_values, reader_options
+from clustermq.pipelines.streaming import StreamProgress, measure_backlog, run_until_done
 
 MODES = ("browse", "drain")
 FORMATS = ("delta", "parquet")
@@ -119,8 +114,6 @@ def _watch_tasks(spark: Any, nodes: int, stop: threading.Event) -> None:
 
 
 def _drain(spark: Any, args: argparse.Namespace, backlog: int | None) -> int:
-    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
-
     options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
                              args.reader_options)
     stream = spark.readStream.format("clustermq").options(**options).load()

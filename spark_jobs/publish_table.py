@@ -22,13 +22,11 @@ import argparse
 import sys
 from typing import Any
 
-from clustermq.pipelines.delta_jars import DeltaJarsMissing, delta_session
-from clustermq.pipelines.jobs import (
-    JobConfigError,
-    credentials_from_env,
-    job_logging,
-    parse_key_values,
-)
+from pyspark.sql import functions as F
+
+from clustermq.errors import DeltaJarsMissing, JobConfigError
+from clustermq.pipelines.delta_session import delta_session
+from clustermq.pipelines.jobs import credentials_from_env, job_logging, parse_key_values
 
 FORMATS = ("delta", "parquet")
 
@@ -58,8 +56,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def map_columns(df: Any, args: argparse.Namespace) -> Any:
     """The input rows as the writer's columns: body, group_id, headers, priority."""
-    from pyspark.sql import functions as F
-
     missing = [c for c in (args.body_col, args.group_col, args.headers_col, args.priority_col,
                            *args.headers.values()) if c and c not in df.columns]
     if missing:

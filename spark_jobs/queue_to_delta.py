@@ -28,18 +28,19 @@ import signal
 import sys
 from collections.abc import Callable
 
-from clustermq.pipelines.delta_jars import DeltaJarsMissing, delta_session
-from clustermq.pipelines.delta_sink import DEDUPE_SCOPES, BatchReport, start_queue_to_delta
+from clustermq.errors import DeltaJarsMissing, JobConfigError
+from clustermq.pipelines.body_parse import body_parse_from_flags
+from clustermq.pipelines.delta_session import delta_session
+from clustermq.pipelines.delta_sink import DEDUPE_SCOPES, BatchReport
 from clustermq.pipelines.jobs import (
-    JobConfigError,
-    body_parse,
     job_logging,
     load_config,
     merge_settings,
     parse_key_values,
     reader_options,
-    run_until_done,
 )
+from clustermq.pipelines.queue_to_delta import start_queue_to_delta
+from clustermq.pipelines.streaming import check_trigger, run_until_done
 
 SECTION = "queue_to_delta"
 DEFAULTS = {
@@ -87,13 +88,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     settings, config_reader = load_config(args.config, SECTION)
     merged = merge_settings(args, settings, DEFAULTS, REQUIRED)
     merged.max_messages_per_trigger = int(merged.max_messages_per_trigger)
-    if merged.trigger != "availableNow" and not merged.trigger.startswith("processingTime="):
-        raise JobConfigError(
-            f"--trigger: '{merged.trigger}' is not availableNow or processingTime=<interval>")
+    check_trigger(merged.trigger)
     if merged.dedupe not in DEDUPE_SCOPES:
         raise JobConfigError(f"dedupe: '{merged.dedupe}' is not one of {', '.join(DEDUPE_SCOPES)}")
     merged.reader_options = {**config_reader, **parse_key_values(args.option, "--option")}
-    merged.body_parse = body_parse(merged.parse, merged.schema)
+    merged.body_parse = body_parse_from_flags(merged.parse, merged.schema)
     return merged
 
 

@@ -16,7 +16,7 @@ import argparse
 import os
 
 from clustermq.pipelines.jobs import job_logging
-from clustermq.pipelines.session import local_session
+from clustermq.pipelines.session import job_session
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     job_logging()
-    spark = local_session("clustermq-queue-to-parquet")
+    spark = job_session("clustermq-queue-to-parquet")
     reader = (
         spark.readStream.format("clustermq")
         .option("brokers", args.brokers)

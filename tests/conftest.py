@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from clustermq.broker.settings import ConnectionOptions
     from clustermq.devtools.localcluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # environment) compiles with C1 only. On 2 cores the C2 compiler threads compete with the work
 # itself: a queue_to_delta restart (JVM start plus a cold first batch of 2,500 messages) took
 # 36 s with the default tiered compiler and 26 s with C1 alone, and its warm batches were no
-# slower (session 14, same cluster and table). The tests measure correctness; `make bench`
+# slower (measured on the same cluster and table). The tests measure correctness; `make bench`
 # does not go through this file and runs the JVM's defaults.
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 
@@ -42,21 +42,12 @@ def _spark_jvm_options(config: pytest.Config) -> str:
 def spark() -> Iterator[SparkSession]:
     """The suite's one Spark session, with Delta: Delta's jars must be on the class path when
     the JVM starts, so the first session of the process has to carry them."""
-    from clustermq.pipelines.delta_jars import delta_session
+    from sparksession import local_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Spark's Python workers must import test modules that define probe sources.
     paths = [str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    session = delta_session(
-        "clustermq-tests",
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.ui.enabled": "false",
-            "spark.sql.streaming.stopActiveRunOnRestart": "true",
-        },
-    )
-    session.sparkContext.setLogLevel("WARN")
+    session = local_session("clustermq-tests", {"spark.sql.shuffle.partitions": "2"}, delta=True)
     yield session
     session.stop()
 
@@ -71,7 +62,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Drop the flavor variants a ``@pytest.mark.flavors(...)`` test does not apply to."""
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         marker = item.get_closest_marker("flavors")
         callspec = getattr(item, "callspec", None)
@@ -135,7 +127,7 @@ def _killed_nodes_restarted(request: pytest.FixtureRequest) -> Iterator[None]:
 
     A fault test that fails between killing a node and restarting it would otherwise leave the
     session's cluster short of a node, and every later test of that flavor fails for that
-    reason alone (CI, session 11: one failed Artemis node test took five writer tests with it).
+    reason alone (seen in CI: one failed Artemis node test took five writer tests with it).
     """
     yield
     if "cluster" not in request.fixturenames:
@@ -169,7 +161,7 @@ class Broker:
         username, password = self.cluster.credentials
         return {"username": username, "password": password}
 
-    def connection(self, queue: str):  # type: ignore[no-untyped-def]
+    def connection(self, queue: str) -> ConnectionOptions:
         from clustermq.options import parse_connection_options
 
         return parse_connection_options({"brokers": self.cluster.brokers, "queue": queue, **self.login})

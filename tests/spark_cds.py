@@ -4,7 +4,7 @@ Why: the suite starts a Spark JVM a few dozen times (its own session, and every 
 fault test runs and kills), and on 2 cores most of a start is loading and verifying Spark's,
 Delta's and Scala's classes. JDK 17 can dump the classes a run loaded into an archive
 (``-XX:ArchiveClassesAtExit``) that later JVMs map instead of parsing the jars again
-(``-XX:SharedArchiveFile``). Measured (session 15, 3 alternating runs each): a session with
+(``-XX:SharedArchiveFile``). Measured (3 alternating runs each): a session with
 Delta, a small Delta write and an anti-join took 11.5-11.7 s without the archive and 6.8-7.0 s
 with it.
 
@@ -39,11 +39,12 @@ _WORKLOAD = textwrap.dedent(
     """
     import sys, time
     from pyspark import SparkContext
-    from clustermq.pipelines.delta_jars import delta_session
 
-    table = sys.argv[1]
-    spark = delta_session("clustermq-cds", extra_conf={
-        "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    table, tests = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, tests)
+    from sparksession import local_session
+
+    spark = local_session("clustermq-cds", {"spark.sql.shuffle.partitions": "2"}, delta=True)
     spark.range(10).selectExpr("cast(id as string) as id").write.format("delta").save(table)
 
     def append(batch, batch_id):
@@ -118,7 +119,7 @@ def spark_archive(base_options: str, report: Callable[[str], None]) -> Path | No
     report(f"spark CDS archive: making {archive.name} (once per venv and JDK)")
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _WORKLOAD, str(work / "table")],
+            [sys.executable, "-c", _WORKLOAD, str(work / "table"), str(ROOT / "tests")],
             env=env, capture_output=True, text=True, timeout=600,
         )
         if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:

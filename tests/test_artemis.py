@@ -200,7 +200,7 @@ def test_plain_queue_prefix_routes_anycast_and_depth_per_node(broker: Any) -> No
 def test_acceptance_20000_grouped_messages_drained_available_now(
     spark: Any, broker: Any, tmp_path: Path
 ) -> None:
-    """Issue 5's acceptance: 20,000 persistent messages in 100 groups from the plain stomp.py
+    """Acceptance at scale: 20,000 persistent messages in 100 groups from the plain stomp.py
     load generator, drained by AvailableNow with maxMessagesPerTrigger=3000."""
     from test_reader import drain, loadgen_ids
 
@@ -276,8 +276,9 @@ def test_broker_drops_a_retried_writer_task_by_duplicate_id(broker: Any) -> None
     moved twice; the broker keeps one copy of each, by ``_AMQ_DUPL_ID``."""
     from clustermq.options import WriteOptions
     from clustermq.write.headers import ID_HEADER, staging_queue
+    from clustermq.write.layout import InputLayout
     from clustermq.write.staging import StagedTask, move_job
-    from clustermq.write.writer import InputLayout, TaskIdentity, write_task
+    from clustermq.write.task import TaskIdentity, write_task
 
     queue = new_queue("dupl")
     count = 500

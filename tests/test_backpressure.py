@@ -1,9 +1,9 @@
 """Backpressure: a large backlog and a slow sink must not grow the driver-side reader's memory.
 
-Issue 7 item 5. The reader buffers what the brokers deliver ahead of acknowledgement; the
+The reader buffers what the brokers deliver ahead of acknowledgement; the
 brokers bound that per subscription (Classic ``activemq.prefetchSize`` = ``prefetchPerNode``
-messages; Artemis ``consumer-window-size`` in bytes, sized from it, see subscription.py
-``_window_bytes``). So however large the backlog and however slow the sink, the reader holds at
+messages; Artemis ``consumer-window-size`` in bytes, sized from it by the Artemis
+dialect's ``window_bytes``). So however large the backlog and however slow the sink, the reader holds at
 most one prefetch window per node, and its memory is that window plus a constant.
 
 Observed without touching the reader process: every progress record of the query carries the
@@ -47,13 +47,13 @@ BODY = 200
 # enough on a clean-clone CI run (receive rate lower there: a node's buffer peaked at 1,000).
 SINK_SLEEP_S = 3.0
 ARTEMIS_MIN_CHARGE = BODY + 100  # bytes Artemis counts per message at least (measured ~270 over the body)
-ARTEMIS_WINDOW = PREFETCH * (BODY + 512)  # subscription._window_bytes with both byte and row limits
+ARTEMIS_WINDOW = PREFETCH * (BODY + 512)  # ArtemisDialect.window_bytes with both byte and row limits
 
 
 def bytes_per_buffered_message() -> int:
     """What one buffered message costs in the reader (BufferedMessage + headers + body),
     measured with tracemalloc on messages shaped like the load generator's."""
-    from clustermq.read.subscription import BufferedMessage
+    from clustermq.read.messages import BufferedMessage
 
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

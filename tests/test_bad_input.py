@@ -1,6 +1,6 @@
 """Bad input against live clusters and a real local Spark: a clear error, and nothing lost.
 
-Issue 7 item 6. Every case ends with exact counts on the brokers (queue depth per node) or in
+Every case ends with exact counts on the brokers (queue depth per node) or in
 the sink, so "nothing lost" and "nothing half-published" are checked, not assumed. Cases the
 older suites already cover (malformed broker addresses, bad option values, the reader's wrong
 password, bad rows in the writer) are not repeated here; see the report in docs/reliability.md.
@@ -44,8 +44,9 @@ from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import resolve_dialect
 from clustermq.broker.queue_names import MAX_QUEUE_NAME_BYTES
 from clustermq.options import WriteOptions
+from clustermq.write.layout import InputLayout
 from clustermq.write.publisher import MessageRefused
-from clustermq.write.writer import InputLayout, TaskIdentity, write_task
+from clustermq.write.task import TaskIdentity, write_task
 from test_reader import drain, new_queue
 from test_reader_faults import wait_for
 
@@ -366,8 +367,10 @@ def test_poison_messages_are_kept_in_corrupt_never_dropped(
 ) -> None:
     """queue_to_delta --parse json: good and poison messages in; one row per message out,
     poison rows with ``_corrupt`` set and parsed columns null, counted; the queue ends empty."""
-    from clustermq.pipelines.delta_sink import BatchReport, start_queue_to_delta
-    from clustermq.pipelines.jobs import reader_options, run_until_done
+    from clustermq.pipelines.delta_sink import BatchReport
+    from clustermq.pipelines.jobs import reader_options
+    from clustermq.pipelines.queue_to_delta import start_queue_to_delta
+    from clustermq.pipelines.streaming import run_until_done
 
     queue, good = new_queue("qpoison"), 30
     messages = [(json.dumps({"order": i, "customer": f"c{i % 4}", "extra": [i]}).encode(),

@@ -272,8 +272,8 @@ def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(
     """A second OpenWire connection with a client id the node still holds is accepted.
 
     That is what a network bridge does when it reconnects to a peer that has not noticed its old
-    connection die; refused ("already connected"), the bridge stayed down for minutes in CI
-    (cc21, cc22: a restarted node could not rejoin the mesh). In 5.18.3 only the transport URI's
+    connection die; refused ("already connected"), the bridge stayed down for minutes
+    (a restarted node could not rejoin the mesh). In 5.18.3 only the transport URI's
     ``allowLinkStealing=true`` enables it; the transportConnector attribute of the same name was
     measured to have no effect (the probe was refused with it).
     """

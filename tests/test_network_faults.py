@@ -1,6 +1,6 @@
 """Network cuts that leave sockets open: one node behind a TCP proxy the test controls.
 
-Issue 7 item 3. Killing a broker closes its sockets, so the reader sees EOF at once; a real
+Killing a broker closes its sockets, so the reader sees EOF at once; a real
 partition does not. Here node 1 is reached through :class:`tcpproxy.TcpProxy`, which can
 *stall* (forward nothing, close nothing: only STOMP heart-beats can tell) and *drop* (close the
 connections, refuse new ones). The other nodes are direct.
@@ -187,8 +187,8 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
                 assert broker.flavor == "classic", f"not delivered during the stall: {dict(missing)}"
                 # Classic: the cut node's demand can outlive its consumer on the other nodes (a
                 # peer that did not hear of the consumer's end keeps forwarding to it), so part
-                # of a direct node's messages can wait on the cut node (cc21, session 14: 82 of
-                # node 0's 500, while node 1's own bridges were refused as "already
+                # of a direct node's messages can wait on the cut node (82 of node 0's
+                # 500 in one measured run, while node 1's own bridges were refused as "already
                 # connected"). Not lost: still queued, and every id must be in the sink below.
                 depths = broker.depths(queue)
                 print(f"[{broker.flavor}] depths then: {depths}")
@@ -251,7 +251,7 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
     if broker.flavor == "classic":
         # a message seen twice carries redelivered=true on a copy (which copy comes first in
         # file order is arbitrary). Artemis re-ids a message it redistributes to another node
-        # and drops the flag (README, "Artemis re-ids moved messages"): not asserted there.
+        # and drops the flag (README, "Delivery guarantees"): not asserted there.
         assert not unflagged_duplicates, f"duplicates without redelivered=true: {unflagged_duplicates[:20]}"
 
 

@@ -89,7 +89,7 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
     queue = f"test.delta.kill.{uuid.uuid4().hex[:8]}"
     total = 6000
     # No message groups here: with groups, a Classic network of brokers sometimes stops
-    # dispatching to a consumer (docs/design.md, "Dispatch stalls"), and AvailableNow then ends
+    # dispatching to a consumer (docs/broker-behaviour.md, "Dispatch stalls with many groups"), and AvailableNow then ends
     # with messages left; this test is about the sink, not about grouping.
     broker.produce(queue, total)
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
@@ -138,10 +138,10 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
 
     left = broker.wait_depth_zero(queue)
     # Every message left on the queue must be one of batch 1's, already in the table: on
-    # Artemis, 2 of 5 clean-clone runs (session 13) left one such message, counted on a node but
+    # Artemis, 2 of 5 measured runs left one such message, counted on a node but
     # delivered to no consumer for over a minute, resubscribed or not (cause not found; the
     # restarted run saw 399 of the 400 replayed messages; redistribution-delay was 0 then, see
-    # docs/design.md "Redistribution delay"). Classic must end empty.
+    # docs/broker-behaviour.md "Redistribution delay"). Classic must end empty.
     seen_again = sum(int(n) for n in re.findall(
         r"^batch \d+: \d+ rows read, \d+ duplicates within the batch, (\d+) already in the table",
         run2, re.M))

@@ -72,11 +72,11 @@ def test_the_delta_pin_and_a_missing_cache_error_that_names_make_setup(tmp_path:
 
 
 def test_jars_pyspark_ships_are_recognised_by_artifact_id(tmp_path: Path) -> None:
-    from clustermq.pipelines.delta_jars import _artifacts_in
+    from clustermq.pipelines.delta_jars import artifacts_in
 
     for name in ("scala-library-2.13.18.jar", "zstd-jni-1.5.7-7.jar", "spark-core_2.13-4.2.0.jar"):
         (tmp_path / name).write_bytes(b"")
-    assert _artifacts_in(tmp_path) == {"scala-library", "zstd-jni", "spark-core_2.13"}
+    assert artifacts_in(tmp_path) == {"scala-library", "zstd-jni", "spark-core_2.13"}
 
 
 def test_batch_read_refuses_drain_and_artemis_before_any_task() -> None:

@@ -122,7 +122,7 @@ def test_available_now_ends_soon_when_competing_consumers_emptied_the_queue(
 
     Every message is read by the reader or by the competitor. A message may be read twice only
     as a broker's copy with the same ``message_id``: a Classic network bridge that fails while
-    forwarding sends again what it had not seen acknowledged (docs/design.md, "Copies made by
+    forwarding sends again what it had not seen acknowledged (docs/broker-behaviour.md, "Copies made by
     a failed bridge"); seen in the full suite, where earlier fault tests leave bridges to be
     rebuilt.
     """
@@ -179,7 +179,7 @@ def test_a_node_delivers_a_full_batch_between_two_acknowledgements(
     A slow first batch leaves time for every node to deliver its whole backlog; some batch must
     take more than two of Classic's default 200-message pages per node (Artemis: more than its
     default 10 KiB window would allow). A guard, not a reproduction of the slow mode in
-    docs/design.md ("the queue's page size"): with page size 200 it passed too, in 3 runs.
+    docs/broker-behaviour.md ("The queue's page size"): with page size 200 it passed too, in 3 runs.
     """
     queue = new_queue("pages")
     total = 4500

@@ -31,7 +31,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval:
 
 #: AvailableNow restarts after a killed driver wait this long for quiet: longer than a Classic
 #: bridge takes to be rebuilt (10 s inactivity + reconnect), since a bridge that died with the
-#: driver holds its in-flight messages until then. The option's default since session 13; kept
+#: driver holds its in-flight messages until then. It equals the option's default; kept
 #: explicit so that the kill tests do not depend on it.
 RESTART_IDLE_OPTION = ["--option", "availableNowIdleTimeout=30000"]
 
@@ -118,7 +118,7 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
             "driver log:\n" + connector_lines(log.read_text(), 40))
     # Duplicates come only from redelivery, as the README says a sink can find them. Classic:
     # the copy is flagged ``redelivered``. Artemis does not flag all of them: of 400 written
-    # twice in session 16's cc3, 132 were flagged, 237 came again from the same node with the
+    # twice in one measured run, 132 were flagged, 237 came again from the same node with the
     # same message_id and no flag (found by ``--dedupe all``), 31 were moved to another node
     # with a new message_id (found by a producer id, here ``loadgen_id``).
     copies: dict[int, list[tuple[bool, str, str]]] = {}

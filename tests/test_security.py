@@ -1,4 +1,4 @@
-"""Security (issue 7 item 7): STOMP over TLS, required logins, and passwords that never leak.
+"""Security: STOMP over TLS, required logins, and passwords that never leak.
 
 A TLS cluster of its own (2 nodes per flavor, ``LocalCluster.up(tls=True)``: a CA and a broker
 certificate generated with keytool, STOMP only over TLS) with a distinctive password, so that a
@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection, redact
+from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection
 from clustermq.broker.depth import queue_depths
+from clustermq.broker.redaction import redact
 from clustermq.devtools.loadgen import LoadSpec, produce
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from clustermq.devtools.localcluster.stompprobe import stomp_connect
@@ -304,7 +305,7 @@ def test_tls_round_trip_and_the_password_is_nowhere(
 def test_jobs_measure_the_backlog_over_tls_with_the_readers_ca(tls_cluster: LocalCluster) -> None:
     """export_backlog's depth probe connects as the reader does: with ``sslCaFile`` it gets
     every node's depth; without it (system trust store) the nodes are reported unreachable."""
-    from clustermq.pipelines.jobs import measure_backlog
+    from clustermq.pipelines.streaming import measure_backlog
 
     queue = new_queue("backlog")
     produced = produce(parse_connection_options(lowered(options(tls_cluster, queue))),

@@ -1,4 +1,4 @@
-"""Probe of the Spark behaviour the consumption model rests on (DESIGN.md §2).
+"""Probe of the Spark behaviour the consumption model rests on (docs/design.md, "The consumption model").
 
 Acknowledge-on-commit acknowledges in ``latestOffset(start)``; that is only safe if Spark calls
 ``latestOffset(start, limit)`` after the commit log holds the batch that ended at ``start``.

@@ -25,8 +25,9 @@ from pyspark.sql import functions as F
 from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
 from clustermq.write.headers import staging_queue
+from clustermq.write.layout import InputLayout
 from clustermq.write.staging import StagedTask, move_job
-from clustermq.write.writer import InputLayout, TaskIdentity, write_task
+from clustermq.write.task import TaskIdentity, write_task
 from test_reader import drain, new_queue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]

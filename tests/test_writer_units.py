@@ -15,12 +15,14 @@ from pyspark.sql.types import (
 )
 
 from clustermq.broker.dialect import ClassicDialect
+from clustermq.errors import InputError
 from clustermq.groups import bucket_for_group
 from clustermq.options import OptionError, WriteOptions
 from clustermq.write.headers import staging_queue
+from clustermq.write.layout import input_layout
 from clustermq.write.load_balancing import failover_order, group_node, job_key, task_node
+from clustermq.write.messages import MessageBuilder
 from clustermq.write.staging import final_headers
-from clustermq.write.writer import InputError, MessageBuilder, input_layout
 
 _TYPES = {"string": StringType(), "binary": BinaryType(), "int": IntegerType(), "long": LongType(),
           "map<string,string>": MapType(StringType(), StringType()),

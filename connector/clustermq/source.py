@@ -11,7 +11,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from clustermq.options import OptionError, ReadOptions, WriteOptions
+from clustermq.errors import OptionError
+from clustermq.options import ReadOptions, WriteOptions
+from clustermq.options.table import MODE
 from clustermq.read.schema import READ_SCHEMA_DDL
 
 
@@ -43,16 +45,17 @@ class ClusterMQDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from clustermq.read.stream import ClusterMQStreamReader
 
-        if any(k.lower() == "mode" for k in self.options):
+        if any(k.lower() == MODE.key for k in self.options):
             raise OptionError(
-                "option 'mode' applies to batch reads (spark.read); a streaming read always "
+                f"option '{MODE.name}' applies to batch reads (spark.read); a streaming read always "
                 "consumes, acknowledging on commit"
             )
         return ClusterMQStreamReader(ReadOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch write; options and input columns are checked here, before any task runs."""
-        from clustermq.write.writer import ClusterMQBatchWriter, input_layout
+        from clustermq.write.layout import input_layout
+        from clustermq.write.spark import ClusterMQBatchWriter
 
         if overwrite:
             raise OptionError(
@@ -64,7 +67,8 @@ class ClusterMQDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Streaming write (every output mode appends the batch's rows as messages)."""
-        from clustermq.write.writer import ClusterMQStreamWriter, input_layout
+        from clustermq.write.layout import input_layout
+        from clustermq.write.spark import ClusterMQStreamWriter
 
         options = WriteOptions.parse(self.options)
         return ClusterMQStreamWriter(options, input_layout(schema, options))

@@ -14,6 +14,9 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
@@ -28,7 +31,8 @@ def main() -> int:
 
     from pyspark.sql import functions as F
 
-    from clustermq.pipelines.session import local_session
+    sys.path.insert(0, str(TESTS))  # the suite's session helper
+    from sparksession import local_session
 
     spark = local_session(
         "clustermq-stream-writer-test",

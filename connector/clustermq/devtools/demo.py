@@ -16,19 +16,37 @@ import tempfile
 import time
 from pathlib import Path
 
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
 from clustermq.broker.depth import connection_depths
 from clustermq.broker.settings import ConnectionOptions
 from clustermq.devtools.loadgen import LoadSpec, print_progress, produce
-from clustermq.options import parse_connection_options
+from clustermq.devtools.localcluster.cluster import LocalCluster
+from clustermq.options import OptionError, parse_connection_options
+from clustermq.pipelines.delta_session import delta_session
+from clustermq.pipelines.queue_to_delta import start_queue_to_delta
+from clustermq.pipelines.streaming import run_until_done
+
+MAX_RUNS = 3
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    from clustermq.devtools.localcluster.cluster import LocalCluster
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's flags, on its own parser or on the ``clustermq demo`` sub-command's."""
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--count", type=int, default=20000)
+    parser.add_argument("--groups", type=int, default=100)
+    parser.add_argument("--max-messages-per-trigger", type=int, default=3000)
+    parser.add_argument("--dir", help="cluster directory (default: a fresh temporary one)")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
 
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run the demo with the flags of :func:`add_arguments`; 0 when the report checks out."""
     work = Path(tempfile.mkdtemp(prefix="clustermq-demo-"))
     cluster_dir = Path(args.dir) if args.dir else work / "cluster"
     cluster = LocalCluster(cluster_dir)
@@ -59,9 +77,6 @@ def run_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-MAX_RUNS = 3
-
-
 def _wait_depths(conn: ConnectionOptions, timeout: float = 15.0) -> dict[str, int | None]:
     """Queue depth per node, polled until 0 or ``timeout``: acknowledgements are asynchronous."""
     deadline = time.monotonic() + timeout
@@ -77,13 +92,6 @@ def queue_to_delta(
     max_messages_per_trigger: int,
 ) -> dict[str, object]:
     """Run the queue_to_delta pipeline (AvailableNow) and measure the table it wrote."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    from clustermq.pipelines.delta_jars import delta_session
-    from clustermq.pipelines.delta_sink import start_queue_to_delta
-    from clustermq.pipelines.jobs import run_until_done
-
     spark = delta_session("clustermq-demo")
     table = str(work / "orders_delta")
     options = {"brokers": brokers, "queue": queue,
@@ -167,7 +175,18 @@ def _print_report(
     return ok
 
 
-if __name__ == "__main__":
-    from clustermq.devtools.cli import main
+def main(argv: list[str] | None = None) -> int:
+    """``python -m clustermq.devtools.demo``: the same as ``clustermq demo``."""
+    parser = argparse.ArgumentParser(prog="clustermq demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_demo(args)
+    except (OptionError, ConnectionError, TimeoutError, RuntimeError) as exc:
+        print(f"clustermq: error: {exc}", file=sys.stderr)
+        return 2
 
-    sys.exit(main(["demo", *sys.argv[1:]]))
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,13 +14,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import stomp
-
 from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import resolve_dialect
+from clustermq.broker.listener import StompListener, commit_with_receipt
 from clustermq.broker.nodes import Node
 from clustermq.broker.settings import ConnectionOptions
+from clustermq.errors import LinkLost, NodeUnavailable
 from clustermq.groups import bucket_for_group
+
+#: how long a COMMIT may wait for its RECEIPT: only then are the messages on the queue
+COMMIT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ def _produce_node(
     done: list[int],
     slot: int,
 ) -> int:
-    conn, connected = open_connection(node, options)
+    listener = StompListener()
+    conn, connected = open_connection(node, options, listener, "clustermq-loadgen")
     try:
         dialect = resolve_dialect(options.flavor, connected.get("server"))
         destination = dialect.destination(options.queue)
@@ -111,31 +115,15 @@ def _produce_node(
                 headers["persistent"] = "true"
             conn.send(destination, _body(i, spec.size), headers=headers, transaction=tx)
             if (n + 1) % spec.transaction_size == 0 or n + 1 == len(items):
-                _commit_with_receipt(conn, tx, node)
+                try:
+                    commit_with_receipt(conn, listener, tx, COMMIT_TIMEOUT_S)
+                except LinkLost as exc:
+                    raise NodeUnavailable(node, f"COMMIT not confirmed: {exc}") from None
                 tx = None
                 done[slot] = n + 1
         return len(items)
     finally:
         close_connection(conn)
-
-
-def _commit_with_receipt(conn: stomp.Connection12, tx: str, node: Node, timeout: float = 60.0) -> None:
-    """COMMIT and wait for the broker's RECEIPT: only then are the messages on the queue."""
-    done = threading.Event()
-    receipt_id = f"commit-{tx}"
-
-    class _Wait(stomp.ConnectionListener):
-        def on_receipt(self, frame: stomp.utils.Frame) -> None:
-            if frame.headers.get("receipt-id") == receipt_id:
-                done.set()
-
-    conn.set_listener(receipt_id, _Wait())
-    try:
-        conn.commit(tx, headers={"receipt": receipt_id})
-        if not done.wait(timeout):
-            raise TimeoutError(f"node {node.name}: no receipt for COMMIT within {timeout:.0f} s")
-    finally:
-        conn.remove_listener(receipt_id)
 
 
 def print_progress(done: int, total: int) -> None:

@@ -1,22 +1,18 @@
-"""Delta Lake for jobs, tests and benchmarks: pinned jars fetched once, one session builder.
+"""The pinned Delta Lake jars: fetched once, then only located.
 
 delta-spark's Python package carries no jars, and ``spark.jars.packages`` would make every
 SparkSession resolve and download at start (slow, and fatal on a machine that cannot reach
 Maven Central at that moment). So the jars are resolved once, with the machine's Maven client,
 from the pinned ``conf/delta/pom.xml`` into the git-ignored cache (``make setup`` does it), and
-:func:`delta_session` only ever reads them from there. A missing cache is an error that names
-``make setup``, never a download.
-
-The jars must be on ``spark.jars`` when the JVM starts: the Delta SQL extension and catalog
-are loaded by the driver's class loader, which a later session in the same JVM cannot extend.
-PySpark passes the builder's configuration to ``spark-submit`` when it launches the JVM, so the
-first session of a process must be built here.
+sessions (:mod:`clustermq.pipelines.delta_session`) only ever read them from there. A missing
+cache is an error that names ``make setup``, never a download.
 
 Run ``python -m clustermq.pipelines.delta_jars`` to fetch (idempotent; prints the jar folder).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -24,23 +20,13 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from clustermq.errors import DeltaJarsMissing
 from clustermq.paths import COMPLETE_MARKER, cache_dir, conf_dir, exclusive_lock
 
-DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
-DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 MANIFEST = "MANIFEST.txt"
-
-# Local sessions only (override with extra_conf). Delta rebuilds a table's state with this many
-# tasks after every commit; its default of 50 made a 1,000-row batch take ~30 s on 2 cores
-# instead of ~3 s (measured). The console progress bar garbles the jobs' own progress lines.
-LOCAL_DEFAULTS = {
-    "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.ui.showConsoleProgress": "false",
-}
 
 
 def pom_path() -> Path:
@@ -68,13 +54,17 @@ def jar_dir(cache: Path | None = None) -> Path:
 
 
 def spark_jars_dir() -> Path:
-    """The jars pyspark itself runs with (what the Delta jars must not duplicate)."""
-    import pyspark
+    """The jars pyspark itself runs with (what the Delta jars must not duplicate).
 
+    Found without importing pyspark: fetching the jars needs neither a JVM nor Spark's modules.
+    """
     home = os.environ.get("SPARK_HOME")
     if home and (Path(home) / "jars").is_dir():
         return Path(home) / "jars"
-    return Path(pyspark.__file__).resolve().parent / "jars"
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pyspark is not installed in this interpreter")
+    return Path(next(iter(spec.submodule_search_locations))).resolve() / "jars"
 
 
 def delta_jars(cache: Path | None = None) -> list[Path]:
@@ -107,7 +97,7 @@ def ensure_delta_jars(
         if progress:
             progress(f"resolving {pom_path()} with Maven")
         resolved = _maven_runtime_dependencies(pom_path())
-        shipped = _artifacts_in(spark_jars_dir())
+        shipped = artifacts_in(spark_jars_dir())
         work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
             lines = []
@@ -130,7 +120,7 @@ def ensure_delta_jars(
     return delta_jars(cache)
 
 
-def _artifacts_in(jars: Path) -> set[str]:
+def artifacts_in(jars: Path) -> set[str]:
     """Artifact ids of the jars in a folder (file names are ``<artifactId>-<version>.jar``)."""
     names = set()
     for jar in jars.glob("*.jar"):
@@ -169,42 +159,6 @@ def _maven_runtime_dependencies(pom: Path) -> list[tuple[str, Path]]:
     if not any(c.startswith("io.delta:delta-spark") for c, _ in result):
         raise RuntimeError(f"Maven resolved no delta-spark jar from {pom}")
     return result
-
-
-def delta_conf() -> dict[str, str]:
-    """The SparkSession settings that enable Delta with the cached jars."""
-    return {
-        "spark.jars": ",".join(str(j) for j in delta_jars()),
-        "spark.sql.extensions": DELTA_EXTENSION,
-        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-    }
-
-
-def delta_session(
-    app_name: str = "clustermq",
-    master: str = "local[2]",
-    extra_conf: Mapping[str, str] | None = None,
-):  # -> SparkSession (import kept lazy: the fetch path must not need a JVM)
-    """A local SparkSession with Delta (cached jars, SQL extension, catalog) and clustermq.
-
-    Must be the first session of the process (see the module docstring); if a session without
-    Delta is already active, the error says so instead of failing later on a missing class.
-    """
-    from pyspark.sql import SparkSession
-
-    from clustermq.pipelines.session import local_session
-
-    conf = delta_conf()
-    active = SparkSession.getActiveSession()
-    if active is not None and active.conf.get("spark.sql.extensions", "") != DELTA_EXTENSION:
-        raise RuntimeError(
-            "a SparkSession without Delta is already running in this process; build the first "
-            "session with clustermq.pipelines.delta_jars.delta_session() (Delta's jars must be on the class "
-            "path when the JVM starts)"
-        )
-    conf.update(LOCAL_DEFAULTS)
-    conf.update(extra_conf or {})
-    return local_session(app_name, master, conf)
 
 
 def main(argv: list[str] | None = None) -> int:

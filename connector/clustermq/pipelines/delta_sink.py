@@ -22,11 +22,9 @@ original ones in between), those messages are appended without ``txnVersion``; t
 acknowledged after this function returns, so skipping them would lose them. That append is
 itself idempotent: a crash right after it leads to the same replay, whose anti-join finds them.
 
-Optionally each body is parsed (``BodyParse``, ``--parse json --schema <DDL>``) into typed
-columns. A body that does not parse is never dropped: its row is written like any other, with
-the parsed columns null and the body's text in the ``_corrupt`` column (Spark's PERMISSIVE mode
-with ``columnNameOfCorruptRecord``); the exact bytes stay in ``body``, and every batch report
-counts them.
+Optionally each body is parsed into typed columns (``BodyParse``, ``--parse json --schema
+<DDL>``, :mod:`clustermq.pipelines.body_parse`); a body that does not parse is written too,
+never dropped, and every batch report counts them.
 
 Chosen over ``MERGE``: a MERGE scans and rewrites table files for every batch, while the
 anti-join runs only for redelivered rows and the first batch of a run, and appends never
@@ -43,86 +41,13 @@ from dataclasses import dataclass, field
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StringType, StructField, StructType
+
+from clustermq.pipelines.body_parse import BodyParse
+from clustermq.pipelines.columns import CORRUPT_COLUMN, KEY, TABLE_COLUMNS
 
 log = logging.getLogger("clustermq.delta_sink")
 
-READER_COLUMNS = (
-    "node", "destination", "message_id", "group_id", "sequence", "redelivered", "priority",
-    "timestamp", "headers", "body",
-)
-TABLE_COLUMNS = READER_COLUMNS + ("ingest_time", "batch_id")
 DEDUPE_SCOPES = ("redelivered", "all")
-KEY = "_clustermq_key"  # the de-duplication key while a batch is processed; never written
-PARSE_FORMATS = ("json",)
-CORRUPT_COLUMN = "_corrupt"
-_PARSED = "_clustermq_parsed"  # the parse result while a batch is processed; never written
-
-
-@dataclass(frozen=True)
-class BodyParse:
-    """Parse every body into typed columns; keep what does not parse in ``corrupt_column``.
-
-    ``schema`` is a Spark DDL string (``"order long, customer string"``). A body is *corrupt*
-    when it is not valid UTF-8, is not a JSON object (empty, ``null``, an array, a scalar) or
-    has a value that does not fit its column's type (Spark's PERMISSIVE ``from_json``); then
-    every parsed column is null and ``corrupt_column`` holds the body as text (invalid UTF-8
-    replaced by U+FFFD; the exact bytes are in ``body``). Fields the schema does not name are
-    ignored and missing ones are null, as in Spark's JSON reader: that is not corruption.
-    """
-
-    schema: str
-    format: str = "json"
-    corrupt_column: str = CORRUPT_COLUMN
-
-    def fields(self) -> StructType:
-        """The parsed columns; ``ValueError`` naming the problem when the DDL is unusable.
-
-        Needs an active SparkSession (Spark parses the DDL).
-        """
-        if self.format not in PARSE_FORMATS:
-            raise ValueError(f"parse format '{self.format}' is not one of {', '.join(PARSE_FORMATS)}")
-        try:
-            parsed = DataType.fromDDL(self.schema)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"schema '{self.schema}' is not a Spark DDL schema: {first}") from None
-        if not isinstance(parsed, StructType) or not parsed.fields:
-            raise ValueError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
-        taken = {c.lower() for c in TABLE_COLUMNS} | {KEY, _PARSED, self.corrupt_column.lower()}
-        clash = [f.name for f in parsed.fields if f.name.lower() in taken]
-        if clash:
-            raise ValueError(
-                f"schema column(s) {', '.join(clash)} clash with the table's own columns "
-                f"({', '.join(TABLE_COLUMNS)}, {self.corrupt_column}); rename them in the schema"
-            )
-        return parsed
-
-    def columns(self) -> tuple[str, ...]:
-        """The columns the parse adds to the table, in order."""
-        return tuple(f.name for f in self.fields().fields) + (self.corrupt_column,)
-
-    def apply(self, df: DataFrame) -> DataFrame:
-        """``df`` with the parsed columns and ``corrupt_column`` added (see the class doc)."""
-        fields = self.fields()
-        text = F.col("body").cast("string")
-        with_corrupt = StructType(fields.fields + [StructField(self.corrupt_column, StringType())])
-        parsed = F.from_json(text, with_corrupt, {
-            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": self.corrupt_column})
-        out = df.withColumn(_PARSED, parsed)
-        bad = (
-            F.col("body").isNull()
-            | ~F.is_valid_utf8(text)
-            | F.col(_PARSED).isNull()
-            | F.col(_PARSED)[self.corrupt_column].isNotNull()
-        )
-        for f in fields.fields:
-            out = out.withColumn(
-                f.name, F.when(bad, F.lit(None).cast(f.dataType)).otherwise(F.col(_PARSED)[f.name]))
-        out = out.withColumn(
-            self.corrupt_column,
-            F.when(bad, F.coalesce(F.make_valid_utf8(text), F.lit(""))).otherwise(F.lit(None).cast("string")))
-        return out.drop(_PARSED)
 
 
 @dataclass
@@ -329,37 +254,3 @@ class IdempotentDeltaWriter:
         finally:
             missing.unpersist()
 
-
-def start_queue_to_delta(
-    spark: SparkSession,
-    reader_options: dict[str, str],
-    table: str,
-    checkpoint: str,
-    trigger: str,
-    dedupe: str = "redelivered",
-    on_report: Callable[[BatchReport], None] | None = None,
-    after_commit: Callable[[int], None] | None = None,
-    id_header: str | None = None,
-    parse: BodyParse | None = None,
-) -> tuple[object, IdempotentDeltaWriter]:
-    """Start the queue → Delta streaming query (``spark_jobs/queue_to_delta.py``, the demo).
-
-    Returns the running query and its sink (whose ``totals`` count what was written). A bad
-    ``parse`` schema is a ``JobConfigError`` naming ``--schema``, raised before the query
-    starts (nothing is consumed).
-    """
-    from clustermq.pipelines.jobs import JobConfigError, apply_trigger
-
-    if parse is not None:
-        try:
-            parse.fields()
-        except ValueError as exc:
-            raise JobConfigError(f"--schema: {exc}") from None
-    sink = IdempotentDeltaWriter(table, dedupe, on_report=on_report, after_commit=after_commit,
-                                 id_header=id_header, parse=parse)
-    stream = spark.readStream.format("clustermq").options(**reader_options).load()
-    writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-    query = apply_trigger(writer, trigger).start()
-    # The query id is kept in the checkpoint: the same txnAppId after every restart.
-    sink.set_app_id(f"clustermq-queue-to-delta-{query.id}")
-    return query, sink

@@ -1,4 +1,4 @@
-"""One way to build a local SparkSession for jobs, tests, demos and benchmarks."""
+"""The SparkSession of a job (``spark_jobs/``, the demo, the benchmark)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,28 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 
-def local_session(
-    app_name: str = "clustermq",
-    master: str = "local[2]",
-    extra_conf: Mapping[str, str] | None = None,
-) -> SparkSession:
-    """A SparkSession whose Python workers run this interpreter (with clustermq installed).
+def job_session(app_name: str, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
+    """The job's SparkSession: local, on this machine, running this interpreter's clustermq.
 
-    ``format("clustermq")`` then resolves through Spark's auto-registration of the top-level
-    ``pyspark_clustermq`` module (registering again would only replace it, with a warning).
+    What it sets, and why:
+
+    * ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` (unless set) to this interpreter, so the
+      Python workers import the clustermq installed here; ``format("clustermq")`` then resolves
+      through Spark's auto-registration of the top-level ``pyspark_clustermq`` module.
+    * master ``local[2]``: the jobs run on the machine they are started on.
+    * ``spark.sql.shuffle.partitions=4``: Spark's default of 200 shuffle tasks is sized for a
+      cluster; on two local cores each extra task is overhead.
+    * ``spark.ui.enabled=false``: no web server (and no port taken) per job.
+    * ``spark.sql.streaming.stopActiveRunOnRestart=true``: a query restarted from its
+      checkpoint in the same process replaces the old run instead of failing.
+    * Spark's log level WARN, so the jobs' own progress lines stay readable.
+
+    ``extra_conf`` is applied last and wins.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(master)
+        SparkSession.builder.master("local[2]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

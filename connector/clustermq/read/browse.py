@@ -22,28 +22,26 @@ What a browse cannot promise, and how the read guards against it:
 from __future__ import annotations
 
 import logging
-import queue as queue_mod
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pyarrow as pa
-import stomp
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection
-from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.connection import close_connection, open_connection
+from clustermq.broker.depth import queue_depth
+from clustermq.broker.dialect import BrokerDialect, configured_dialect, resolve_dialect
+from clustermq.broker.frames import body_bytes, message_headers
+from clustermq.broker.listener import BROKER_ERROR, Inbox
 from clustermq.broker.nodes import Node
-from clustermq.errors import BrowseIncomplete, BrowseNotSupported
+from clustermq.errors import BrowseIncomplete, LinkLost, NodeUnavailable
 from clustermq.options import OptionError, ReadOptions
+from clustermq.read.messages import BufferedMessage
 from clustermq.read.schema import to_record_batch
-from clustermq.read.subscription import BufferedMessage
 
 log = logging.getLogger("clustermq.browse")
 
 # Rows per Arrow batch handed to Spark: bounds executor memory for deep queues.
 _CHUNK = 5000
-# Headers that describe the browse delivery, not the message.
-_DELIVERY_HEADERS = frozenset({"ack", "subscription", "content-length", "browser"})
 DRAIN_HINT = (
     "export the backlog by draining it instead: spark_jobs/export_backlog.py --mode drain "
     "(a streaming read with Trigger.AvailableNow, acknowledged on commit)"
@@ -69,11 +67,9 @@ def check_browse_mode(options: ReadOptions) -> None:
             "option 'mode': a batch read cannot drain a queue (nothing would acknowledge the "
             f"messages after they are safely written); {DRAIN_HINT}"
         )
-    if options.connection.flavor == "artemis":
-        raise BrowseNotSupported(
-            f"ActiveMQ Artemis cannot browse a queue over STOMP, so a batch read has nothing "
-            f"to read non-destructively; {DRAIN_HINT}"
-        )
+    dialect = configured_dialect(options.connection.flavor)
+    if dialect is not None:
+        dialect.check_browse(DRAIN_HINT)
 
 
 class ClusterMQBatchReader(DataSourceReader):
@@ -88,13 +84,8 @@ class ClusterMQBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         """One partition per node; with ``flavor=auto`` ask a node which broker it is first."""
-        if self.options.connection.flavor == "auto":
-            dialect = detect_cluster_dialect(self.options)
-            if not dialect.can_browse:
-                raise BrowseNotSupported(
-                    f"the cluster runs {dialect.name}, which cannot browse a queue over STOMP; "
-                    f"{DRAIN_HINT}"
-                )
+        if configured_dialect(self.options.connection.flavor) is None:
+            detect_cluster_dialect(self.options).check_browse(DRAIN_HINT, where="the cluster: ")
         return [NodePartition(i, n.name) for i, n in enumerate(self.options.connection.nodes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -117,25 +108,7 @@ def detect_cluster_dialect(options: ReadOptions) -> BrokerDialect:
     raise NodeUnavailable(options.connection.nodes[0], "no node reachable: " + "; ".join(errors))
 
 
-class _Browser(stomp.ConnectionListener):
-    """Receiver thread → queue; the reading generator does all the work on its own thread."""
-
-    def __init__(self) -> None:
-        self.frames: queue_mod.Queue[tuple[str, Any]] = queue_mod.Queue()
-
-    def on_message(self, frame: Any) -> None:
-        self.frames.put(("message", frame))
-
-    def on_error(self, frame: Any) -> None:
-        self.frames.put(("error", frame.headers.get("message", "ERROR frame")))
-
-    def on_disconnected(self) -> None:
-        self.frames.put(("lost", None))
-
-
 def _depth(node: Node, options: ReadOptions) -> int | None:
-    from clustermq.broker.depth import queue_depth
-
     username, password = options.connection.login
     try:
         return queue_depth(node, options.connection.queue, username, password,
@@ -153,43 +126,36 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
     """
     conn_options = options.connection
     depth_before = _depth(node, options)
-    browser = _Browser()
-    conn, connected = open_connection(node, conn_options, browser)
+    browser = Inbox()
+    conn, connected = open_connection(node, conn_options, browser, "clustermq-browse")
     try:
         dialect = resolve_dialect(conn_options.flavor, connected.get("server"))
-        if not dialect.can_browse:
-            raise BrowseNotSupported(
-                f"broker node {node.name} runs {dialect.name}, which cannot browse a queue "
-                f"over STOMP; {DRAIN_HINT}"
-            )
+        dialect.check_browse(DRAIN_HINT, where=f"broker node {node.name}: ")
         conn.subscribe(
             destination=dialect.destination(conn_options.queue),
             id=f"clustermq-browse-{index}",
             ack="auto",
-            headers={"browser": "true", **dialect.routing_headers()},
+            headers=dialect.browse_headers(),
         )
         seen = 0
         chunk: list[BufferedMessage] = []
         while True:
             try:
-                kind, payload = browser.frames.get(timeout=options.browse_idle_timeout_s)
-            except queue_mod.Empty:
+                frame = browser.next(options.browse_idle_timeout_s)
+            except LinkLost:
+                if browser.reason.startswith(BROKER_ERROR):
+                    raise RuntimeError(f"broker node {node.name} refused the browse: {browser.error}") from None
+                raise NodeUnavailable(node, f"connection lost during the browse, after {seen} messages") from None
+            if frame is None:
                 raise TimeoutError(
                     f"broker node {node.name}: browse of '{conn_options.queue}' received nothing "
                     f"for {options.browse_idle_timeout_s:.0f} s after {seen} messages "
                     "(option browseIdleTimeout)"
-                ) from None
-            if kind == "error":
-                raise RuntimeError(f"broker node {node.name} refused the browse: {payload}")
-            if kind == "lost":
-                raise NodeUnavailable(node, f"connection lost during the browse, after {seen} messages")
-            frame = payload
-            if frame.headers.get("browser") == "end":
+                )
+            if dialect.browse_ended(frame.headers):
                 break
-            headers = {k: v for k, v in frame.headers.items() if k not in _DELIVERY_HEADERS}
-            body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
-            chunk.append(BufferedMessage(headers=headers, body=body, ack_id=None, generation=0,
-                                         arrival=seen, seq=seen))
+            chunk.append(BufferedMessage(headers=message_headers(frame.headers), body=body_bytes(frame),
+                                         ack_id=None, generation=0, arrival=seen, seq=seen))
             seen += 1
             if len(chunk) >= _CHUNK:
                 yield _to_batch(node, chunk, dialect, conn_options.group_id_header)

@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from clustermq.broker.connection import NodeUnavailable
-from clustermq.errors import NoNodeReachable
+from clustermq.errors import NodeUnavailable, NoNodeReachable
 from clustermq.options import ReadOptions
+from clustermq.read.arrivals import ArrivalCounter, AvailableNowTarget
 from clustermq.read.copies import RecentIds
+from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.offsets import NodeOffsets, allocate, make_offsets
-from clustermq.read.subscription import BufferedMessage, NodeStatus, NodeSubscription
+from clustermq.read.subscription import NodeSubscription
 
 log = logging.getLogger("clustermq.consumer")
 
@@ -30,44 +31,6 @@ RECOUNT_AGREEING = 3
 RECOUNT_MAX_S = 5.0
 #: while AvailableNow waits in vain, how often it asks whether the queue still holds anything
 EMPTY_CHECK_INTERVAL_S = 2.0
-
-
-class ArrivalCounter:
-    """Numbers every delivery to this process, across nodes, and lets a caller wait for one."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.value = 0
-
-    def __next__(self) -> int:
-        with self._cond:
-            current = self.value
-            self.value += 1
-            self._cond.notify_all()
-            return current
-
-    def wait_for_change(self, seen: int, timeout: float) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self.value != seen, timeout)
-
-
-class AvailableNowTarget:
-    """What Trigger.AvailableNow may read: the backlog measured when the query started.
-
-    Counted in arrivals (every delivery to this process gets the next arrival number), not per
-    node: a network of brokers moves messages between nodes, so a per-node target could wait
-    forever for a message that was consumed on another node.
-    """
-
-    def __init__(self, backlog: int) -> None:
-        self.limit = backlog
-        self.final = False
-        self.recounted = False
-
-    def add_returned(self, count: int) -> None:
-        """Messages given back after a lost connection will arrive a second time."""
-        if not self.final:
-            self.limit += count
 
 
 class ClusterConsumer:
@@ -271,7 +234,7 @@ class ClusterConsumer:
         Why: competing consumers may have taken the rest, and then waiting the whole
         ``availableNowIdleTimeout`` gains nothing; but a Classic bridge that stalls holds its
         messages (counted on their node) until it is rebuilt, and those are worth the wait
-        (docs/design.md, "Dispatch stalls"). So the idle timeout can be long while an emptied
+        (docs/broker-behaviour.md, "Dispatch stalls with many groups"). So the idle timeout can be long while an emptied
         queue still ends the run within seconds. Twice, because a message Artemis moves
         between nodes is counted on neither for a moment. A node that does not answer counts as
         empty only while this query is not connected to it either (it cannot deliver then).

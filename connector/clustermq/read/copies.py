@@ -5,7 +5,7 @@ network of brokers moves messages between nodes, so only a cluster-wide count wo
 consumer.py). A delivery of a message this process already received must not count: after a
 killed consumer, a Classic network of brokers delivered one message twice (a copy bounced
 between nodes), 5,600 deliveries held 5,599 messages, the drain ended, and the last message
-stayed queued (CI, session 12). A connection lost with planned messages also brings them again.
+stayed queued. A connection lost with planned messages also brings them again.
 
 Bounded: a copy arrives within seconds of the original, so only the most recent ids are kept
 and memory stays independent of the backlog's size (the backpressure guarantee).

@@ -18,7 +18,7 @@ from clustermq.read.schema import from_ipc, to_ipc, to_record_batch
 if TYPE_CHECKING:
     from clustermq.options import ReadOptions
     from clustermq.read.consumer import ClusterConsumer
-    from clustermq.read.subscription import BufferedMessage
+    from clustermq.read.messages import BufferedMessage
 
 
 class MessagesPartition(InputPartition):

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from clustermq.broker.dialect import BrokerDialect
-from clustermq.read.subscription import BufferedMessage
+from clustermq.read.messages import BufferedMessage
 
 READ_SCHEMA_DDL = (
     "node string, destination string, message_id string, group_id string, sequence long, "

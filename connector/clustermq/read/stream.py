@@ -1,6 +1,6 @@
 """The micro-batch stream: Spark's calls translated into consumer operations.
 
-Acknowledge-on-commit (DESIGN.md §2): Spark calls ``latestOffset(start, limit)`` only after the
+Acknowledge-on-commit (docs/design.md, "Acknowledgement on commit"): Spark calls ``latestOffset(start, limit)`` only after the
 commit log holds every batch up to ``start``, so acknowledging below ``start`` there is exactly
 "after the batch committed", with no one-batch lag, including the last batch before an idle
 period and the end of an AvailableNow run. ``commit(end)`` (late, not for every batch) does the

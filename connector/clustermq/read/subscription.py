@@ -1,6 +1,6 @@
 """One node's subscription: a STOMP connection, a bounded buffer, and reconnection with back-off.
 
-Lives only in the driver-side reader process (see DESIGN.md §2). stomp.py's receiver thread
+Lives only in the driver-side reader process (see docs/design.md). stomp.py's receiver thread
 only appends to the buffer; acknowledgements are sent from the caller's thread (Spark's
 ``latestOffset``/``commit``), never from the receiver thread, which deadlocked in a measurement.
 
@@ -18,100 +18,27 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import stomp
 
-from clustermq.broker.connection import (
-    HEARTBEAT_RECEIVE_SCALE,
-    NodeUnavailable,
-    close_connection,
-    open_connection,
-)
+from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.nodes import Node
+from clustermq.errors import NodeUnavailable
 from clustermq.options import ReadOptions
 from clustermq.read.copies import RecentIds
+from clustermq.read.messages import BufferedMessage, NodeStatus
+from clustermq.read.receiver import Receiver
 
 log = logging.getLogger("clustermq.subscription")
 
-# Headers that describe the delivery on this connection, not the message.
-_CONNECTION_HEADERS = frozenset({"ack", "subscription", "content-length"})
-# Bytes Artemis's flow control charges per message beyond the body (headers, envelope).
-_ARTEMIS_OVERHEAD_BYTES = 512
 
+class ArrivalNumbers(Protocol):
+    """Where a delivery's arrival number comes from: shared by every node of the reader."""
 
-@dataclass(slots=True)
-class BufferedMessage:
-    headers: dict[str, str]
-    body: bytes
-    ack_id: str | None
-    generation: int
-    arrival: int
-    seq: int = -1
-
-    @property
-    def size(self) -> int:
-        return len(self.body)
-
-
-@dataclass
-class NodeStatus:
-    node: str
-    connected: bool
-    buffered: int
-    next_seq: int | None
-    acked_upto: int | None
-    reconnects: int
-    last_error: str | None = field(default=None)
-
-
-class _Receiver(stomp.ConnectionListener):
-    """stomp.py's callbacks for one connection (one ``generation``) of a subscription.
-
-    Remembers when the node last sent anything, so a loss can be told apart: stomp.py's
-    heart-beat thread closes the socket *before* it calls ``on_heartbeat_timeout``, and the
-    receiver thread usually reports ``on_disconnected`` first (measured: every stall in the
-    network-fault test was reported as "connection lost").
-    """
-
-    def __init__(self, owner: NodeSubscription, generation: int) -> None:
-        self.owner = owner
-        self.generation = generation
-        self.last_frame = time.monotonic()
-
-    def _reason(self, default: str) -> str:
-        silent = time.monotonic() - self.last_frame
-        heartbeat_s = self.owner.options.connection.heartbeat_ms / 1000
-        if heartbeat_s and silent >= 0.95 * heartbeat_s * HEARTBEAT_RECEIVE_SCALE:
-            return f"heart-beat timeout: nothing received for {silent:.1f} s"
-        return default
-
-    def on_connected(self, frame: Any) -> None:
-        self.last_frame = time.monotonic()
-
-    def on_heartbeat(self) -> None:
-        self.last_frame = time.monotonic()
-
-    def on_receipt(self, frame: Any) -> None:
-        self.last_frame = time.monotonic()
-
-    def on_message(self, frame: Any) -> None:
-        self.last_frame = time.monotonic()
-        self.owner._on_message(frame, self.generation)
-
-    def on_disconnected(self) -> None:
-        self.owner._on_lost(self.generation, self._reason("connection lost"))
-
-    def on_heartbeat_timeout(self) -> None:
-        self.owner._on_lost(self.generation, self._reason("heart-beat timeout"))
-
-    def on_error(self, frame: Any) -> None:
-        self.last_frame = time.monotonic()
-        message = frame.headers.get("message", "ERROR frame")
-        log.error("node %s sent ERROR: %s", self.owner.node.name, message)
-        self.owner._note_error(message)
+    def __next__(self) -> int: ...
 
 
 class NodeSubscription:
@@ -122,7 +49,7 @@ class NodeSubscription:
         node: Node,
         index: int,
         options: ReadOptions,
-        arrivals: Iterator[int],
+        arrivals: ArrivalNumbers,
         on_dropped: Callable[[int], None],
         recent: RecentIds | None = None,
     ) -> None:
@@ -159,9 +86,9 @@ class NodeSubscription:
         with self._lock:
             self._generation += 1
             generation = self._generation
-        conn, connected = open_connection(
-            self.node, self.options.connection, _Receiver(self, generation)
-        )
+        receiver = Receiver(self.node.name, generation, self.options.connection.heartbeat_ms,
+                            self._on_message, self._on_lost, self._note_error)
+        conn, connected = open_connection(self.node, self.options.connection, receiver)
         try:
             dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
             self.dialect = dialect  # deliveries start before subscribe() returns (_message_key)
@@ -169,9 +96,7 @@ class NodeSubscription:
                 destination=dialect.destination(self.options.connection.queue),
                 id=f"clustermq-{self.index}",
                 ack=self.options.ack_mode,
-                headers=dialect.subscribe_headers(
-                    self.options.prefetch_per_node, self._window_bytes()
-                ),
+                headers=self._flow_control(dialect),
             )
         except Exception:
             close_connection(conn)
@@ -186,23 +111,19 @@ class NodeSubscription:
         log.info("subscribed to %s on node %s (%s)", self.options.connection.queue,
                  self.node.name, dialect.name)
 
-    def _window_bytes(self) -> int:
-        """Artemis flow control (``consumer-window-size``) counts bytes, not messages.
+    def _flow_control(self, dialect: BrokerDialect) -> dict[str, str]:
+        """SUBSCRIBE headers that let a node deliver ``prefetchPerNode`` messages ahead of acks.
 
-        Room for ``prefetchPerNode`` messages of the expected size, so a node can deliver a full
-        batch ahead of acknowledgement (the 10 KiB default would cap a batch at a few dozen
-        messages), yet driver memory stays bounded in bytes. The expected size is
-        ``maxBytesPerTrigger / maxMessagesPerTrigger`` when both are set, else 1 KiB, plus
-        what Artemis counts besides the body (about 270 bytes measured for a 200-byte body).
+        Where the broker counts bytes, the dialect sizes its window from the expected message
+        size: ``maxBytesPerTrigger / maxMessagesPerTrigger`` when both are set, else 1 KiB; and
+        a byte-limited batch must fit.
         """
         opts = self.options
         body = 1024
         if opts.max_bytes_per_trigger and opts.max_messages_per_trigger:
             body = max(64, opts.max_bytes_per_trigger // opts.max_messages_per_trigger)
-        window = opts.prefetch_per_node * (body + _ARTEMIS_OVERHEAD_BYTES)
-        if opts.max_bytes_per_trigger:  # a byte-limited batch must fit, twice (next one buffered)
-            window = max(window, 2 * opts.max_bytes_per_trigger)
-        return max(64 * 1024, min(window, 1 << 30))
+        return dialect.subscribe_headers(opts.prefetch_per_node, body_bytes=body,
+                                         batch_bytes=opts.max_bytes_per_trigger or 0)
 
     def start(self) -> None:
         """Run the reconnect supervisor; the first attempt was made by the caller."""
@@ -260,8 +181,8 @@ class NodeSubscription:
         """Re-open this node's connection if it holds nothing Spark still needs; True if it did.
 
         A Classic network of brokers sometimes stops dispatching to a consumer that has room
-        while the node still holds messages (docs/design.md, "Dispatch stalls"); a consumer
-        that connects afresh gets them at once. Only done when every delivered message was
+        while the node still holds messages (docs/broker-behaviour.md, "Dispatch stalls with
+        many groups"); a consumer that connects afresh gets them at once. Only done when every delivered message was
         acknowledged, so it cannot produce a duplicate.
         """
         with self._lock:
@@ -294,11 +215,10 @@ class NodeSubscription:
 
     # ------------------------------------------------------------------ buffer
     def _on_message(self, frame: Any, generation: int) -> None:
-        headers = {k: v for k, v in frame.headers.items() if k not in _CONNECTION_HEADERS}
-        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
+        headers = message_headers(frame.headers)
         message = BufferedMessage(
             headers=headers,
-            body=body,
+            body=body_bytes(frame),
             ack_id=frame.headers.get("ack"),
             generation=generation,
             arrival=next(self._arrivals),

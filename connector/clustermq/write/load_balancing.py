@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 
+from clustermq.errors import OptionError
 from clustermq.groups import bucket_for_group, group_hash
 from clustermq.options import LOAD_BALANCING_POLICIES
 
@@ -40,7 +41,7 @@ def task_node(policy: str, nodes: int, job_key: str, partition: int) -> int:
         return group_hash(job_key.split("#", 1)[0]) % nodes
     if policy == "firstElement":
         return 0
-    raise ValueError(
+    raise OptionError(
         f"unknown load-balancing policy '{policy}'; allowed: {', '.join(LOAD_BALANCING_POLICIES)}"
     )
 

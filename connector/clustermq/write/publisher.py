@@ -18,19 +18,22 @@ driver treats anything that did arrive there as garbage (see ``staging``).
 from __future__ import annotations
 
 import logging
-import threading
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import stomp
 
-from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection
+from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.listener import BROKER_ERROR, StompListener, commit_with_receipt
 from clustermq.broker.nodes import Node
-from clustermq.errors import HeaderNotCarried, LinkLost, MessageRefused, NoWritableNode
+from clustermq.errors import (
+    HeaderNotCarried,
+    LinkLost,
+    MessageRefused,
+    NodeUnavailable,
+    NoWritableNode,
+)
 from clustermq.options import WriteOptions
 from clustermq.write.headers import ID_HEADER
 from clustermq.write.load_balancing import failover_order
@@ -38,8 +41,6 @@ from clustermq.write.load_balancing import failover_order
 log = logging.getLogger("clustermq.publisher")
 
 
-#: how ``LinkListener.reason`` starts when the node answered with an ERROR frame
-BROKER_ERROR = "broker sent ERROR"
 #: how long a failed SEND waits for the ERROR frame that explains it: Classic writes ERROR and
 #: closes the socket, so the sender's ``sendall`` can fail before the receiver thread read it
 _ERROR_GRACE_S = 2.0
@@ -57,68 +58,7 @@ class Outgoing:
     label: str = ""
 
 
-class LinkListener(stomp.ConnectionListener):
-    """Connection-state flags and RECEIPT waits, shared by the publisher and the mover.
-
-    The callbacks run on stomp.py's receiver thread: they only set flags, never send.
-    """
-
-    def __init__(self) -> None:
-        self.lost = threading.Event()
-        self.reason = ""
-        self._receipts: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
-
-    def on_disconnected(self) -> None:
-        self.reason = self.reason or "connection closed"
-        self.lost.set()
-
-    def on_heartbeat_timeout(self) -> None:
-        self.reason = self.reason or "heart-beat timeout"
-        self.lost.set()
-
-    def on_error(self, frame: Any) -> None:
-        self.reason = f"{BROKER_ERROR}: {frame.headers.get('message', '')}".strip()
-        self.lost.set()
-
-    def on_receipt(self, frame: Any) -> None:
-        with self._lock:
-            event = self._receipts.get(frame.headers.get("receipt-id", ""))
-        if event is not None:
-            event.set()
-
-    def wait_receipt(self, receipt_id: str, send: Callable[[], None], timeout: float) -> None:
-        """Run ``send`` (a frame carrying ``receipt``) and wait for the RECEIPT or a loss."""
-        event = threading.Event()
-        with self._lock:
-            self._receipts[receipt_id] = event
-        try:
-            send()
-            deadline = time.monotonic() + timeout
-            while not event.is_set():
-                if self.lost.is_set():
-                    raise LinkLost(self.reason or "connection lost before the RECEIPT")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise LinkLost(f"no RECEIPT within {timeout:.0f} s")
-                event.wait(min(0.2, remaining))
-        finally:
-            with self._lock:
-                self._receipts.pop(receipt_id, None)
-
-
-def commit_with_receipt(conn: stomp.Connection12, listener: LinkListener, tx: str, timeout: float) -> None:
-    """COMMIT ``tx`` and return only when the broker confirmed it (``LinkLost`` otherwise)."""
-    receipt = f"commit-{uuid.uuid4().hex}"
-    try:
-        listener.wait_receipt(receipt, lambda: conn.commit(tx, headers={"receipt": receipt}), timeout)
-    except LinkLost:
-        raise
-    except Exception as exc:
-        raise LinkLost(f"COMMIT failed ({type(exc).__name__})") from None
-
-
-class _Link(LinkListener):
+class _Link(StompListener):
     """A connection to one node, its open transaction and the messages sent in it."""
 
     def __init__(self, index: int, node: Node) -> None:

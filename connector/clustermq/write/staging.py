@@ -27,18 +27,18 @@ group's messages to the wrong node.
 from __future__ import annotations
 
 import logging
-import queue as queue_mod
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection
+from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.depth import queue_depth
 from clustermq.broker.dialect import BrokerDialect, resolve_dialect
-from clustermq.errors import MoveError
+from clustermq.broker.frames import message_headers
+from clustermq.broker.listener import Inbox, commit_with_receipt
+from clustermq.errors import LinkLost, MoveError, NodeUnavailable
 from clustermq.options import WriteOptions
 from clustermq.write.headers import (
     ID_HEADER,
@@ -47,27 +47,15 @@ from clustermq.write.headers import (
     TASK_HEADER,
     staging_queue,
 )
-from clustermq.write.publisher import LinkListener, LinkLost, commit_with_receipt
 
 log = logging.getLogger("clustermq.staging")
 
-
-#: headers a MESSAGE frame carries that are not the sender's (or are re-derived when moving)
-_NOT_FORWARDED = frozenset(
-    {
-        "message-id", "destination", "subscription", "ack", "content-length", "redelivered",
-        "timestamp", "persistent", "JMSXGroupID", "_AMQ_GROUP_ID", TASK_HEADER, TARGET_HEADER,
-        # Artemis keeps a SEND's frame headers as message properties, ``transaction`` included:
-        # forwarded, it put the final SEND into the task's long-gone transaction, and the
-        # message silently vanished (measured on 2.40.0).
-        "transaction", "receipt",
-    }
-)
+#: headers of a staged message the mover re-derives or drops (besides the broker's own)
+_REDERIVED = frozenset({"persistent", "JMSXGroupID", TASK_HEADER, TARGET_HEADER})
 _MOVE_CHUNK = 200  # messages per move transaction (see _drain on why it is small)
 _IDLE_COMMIT_S = 0.5
 _PREFETCH = 1000
 _PURGE_WAIT_S = 5.0
-
 
 
 @dataclass(frozen=True)
@@ -88,29 +76,6 @@ class NodeMove:
     notes: list[str] = field(default_factory=list)
 
 
-class _Inbox(LinkListener):
-    """Deliveries of the mover's subscription, handed from stomp.py's thread to the mover's."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: queue_mod.Queue[Any] = queue_mod.Queue()
-
-    def on_message(self, frame: Any) -> None:
-        self.frames.put(frame)
-
-    def next(self, timeout: float) -> Any | None:
-        """The next delivery, or ``None`` after ``timeout`` s; ``LinkLost`` if the link broke."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self.frames.get(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
-            except queue_mod.Empty:
-                if self.lost.is_set():
-                    raise LinkLost(self.reason or "connection lost") from None
-                if time.monotonic() >= deadline:
-                    return None
-
-
 @dataclass
 class _Chunk:
     """The part of a move not settled yet (see ``_Mover._drain``)."""
@@ -129,7 +94,7 @@ class _Chunk:
 def final_headers(staged: Mapping[str, str], dialect: BrokerDialect, options: WriteOptions) -> dict[str, str]:
     """The SEND headers of a staged message's final copy: the sender's own headers, group
     headers re-derived (Classic does not return ``JMSXGroupID``), delivery-only ones dropped."""
-    headers = {k: v for k, v in staged.items() if k not in _NOT_FORWARDED}
+    headers = message_headers(staged, resend=True, drop=_REDERIVED | dialect.added_headers())
     if headers.get("expires") == "0":
         del headers["expires"]
     group_header = options.connection.group_id_header
@@ -165,7 +130,7 @@ class _Mover:
     def _guarded(self, work: Any) -> NodeMove:
         started = time.monotonic()
         try:
-            inbox = _Inbox()
+            inbox = Inbox()
             conn, connected = open_connection(self.node, self.options.connection, inbox, "clustermq-mover")
             try:
                 dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
@@ -187,7 +152,7 @@ class _Mover:
             self.result.seconds = time.monotonic() - started
         return self.result
 
-    def _move(self, conn: Any, inbox: _Inbox, dialect: BrokerDialect, expected: int,
+    def _move(self, conn: Any, inbox: Inbox, dialect: BrokerDialect, expected: int,
               winners: frozenset[str]) -> None:
         timeout = self.options.receipt_timeout_s
         self._drain(conn, inbox, dialect, expected, winners, timeout, forward=True)
@@ -198,7 +163,7 @@ class _Mover:
                         forward=False)
 
     def _drain(
-        self, conn: Any, inbox: _Inbox, dialect: BrokerDialect, wanted: int,
+        self, conn: Any, inbox: Inbox, dialect: BrokerDialect, wanted: int,
         winners: frozenset[str], timeout: float, forward: bool,
     ) -> None:
         """Consume until ``wanted`` winners were moved (``forward``) or ``wanted`` dropped.
@@ -261,7 +226,7 @@ class _Mover:
         if chunk.size:
             self._settle(conn, inbox, chunk)
 
-    def _settle(self, conn: Any, inbox: _Inbox, chunk: _Chunk) -> None:
+    def _settle(self, conn: Any, inbox: Inbox, chunk: _Chunk) -> None:
         """Make a chunk durable: COMMIT its transaction, or (Artemis) confirm its SENDs, then ACK.
 
         Without a transaction the last final copy is sent with a receipt; the broker handles a
@@ -277,16 +242,13 @@ class _Mover:
                 commit_with_receipt(conn, inbox, chunk.tx, timeout)
             if chunk.held is not None:
                 destination, body, headers = chunk.held
-                receipt = f"send-{uuid.uuid4().hex}"
-                inbox.wait_receipt(
-                    receipt, lambda: conn.send(destination, body, headers={**headers, "receipt": receipt}), timeout
-                )
+                inbox.confirm(lambda r: conn.send(destination, body, headers={**headers, "receipt": r}),
+                              timeout, "send")
             if chunk.acks:
                 for ack_id in chunk.acks[:-1]:
                     conn.ack(ack_id)
-                receipt = f"ack-{uuid.uuid4().hex}"
                 last = chunk.acks[-1]
-                inbox.wait_receipt(receipt, lambda: conn.ack(last, receipt=receipt), timeout)
+                inbox.confirm(lambda r: conn.ack(last, receipt=r), timeout, "ack")
         except LinkLost:
             raise
         except Exception as exc:

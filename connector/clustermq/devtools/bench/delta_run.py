@@ -11,12 +11,12 @@ import time
 import uuid
 
 from clustermq.devtools.bench.probes import DepthSampler
-from clustermq.devtools.bench.scenarios import Bench, Figure, _progress_stats
+from clustermq.devtools.bench.scenarios import Bench, Figure, progress_stats
+from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
 
 def read_into_delta(b: Bench, queue: str, count: int, max_per_trigger: int) -> Figure:
-    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
-
+    """Drain ``count`` preloaded messages into a fresh Delta table; fails unless all arrived."""
     table = b.work / f"delta-{uuid.uuid4().hex[:8]}"
     checkpoint = b.work / f"cp-delta-{uuid.uuid4().hex[:8]}"
     sink = IdempotentDeltaWriter(str(table))
@@ -34,4 +34,4 @@ def read_into_delta(b: Bench, queue: str, count: int, max_per_trigger: int) -> F
         raise RuntimeError(f"queue_to_delta: {rows} rows in the table, {count} produced")
     return Figure("read: queue_to_delta -> Delta table", rows, seconds,
                   {"maxMessagesPerTrigger": max_per_trigger, "depth_series": depths.series.samples,
-                   **_progress_stats(query)})
+                   **progress_stats(query)})

@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from clustermq.broker.depth import queue_depths
 from clustermq.broker.settings import ConnectionOptions
@@ -22,6 +23,9 @@ class DepthSeries:
     samples: list[tuple[float, dict[str, int | None]]] = field(default_factory=list)
 
 
+_S = TypeVar("_S", bound="_Sampler")
+
+
 class _Sampler:
     """A daemon thread calling ``sample(t)`` every ``interval_s`` until the ``with`` ends."""
 
@@ -31,7 +35,7 @@ class _Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._t0 = 0.0
 
-    def __enter__(self) -> _Sampler:
+    def __enter__(self: _S) -> _S:
         self._t0 = time.monotonic()
         self._thread.start()
         return self

@@ -101,6 +101,8 @@ def _throughput_per_node(series: list[list[Any]] | list[tuple[float, dict[str, i
 
 def plots(results: dict[str, Any], directory: Path) -> list[Path]:
     """Throughput over time per node for each read run, and the batch-size sweep."""
+    # Imported here: matplotlib is the optional ``bench`` extra (the ``clustermq`` command must
+    # start without it), and the Agg backend has to be chosen before pyplot is imported.
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,4 +1,4 @@
-"""``clustermq bench`` / ``make bench``: every comparison of issue 6 in one process.
+"""``clustermq bench`` / ``make bench``: every comparison of the benchmark in one process.
 
 Starts its own 3-node local cluster (stopped at the end, also on failure), one local Spark
 session, then runs the scenarios in a fixed order and writes ``results.json``, the Markdown
@@ -19,7 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
 from clustermq.devtools.bench import report
+from clustermq.devtools.bench.delta_run import read_into_delta
 from clustermq.devtools.bench.scenarios import (
     Bench,
     Figure,
@@ -29,6 +32,10 @@ from clustermq.devtools.bench.scenarios import (
     write_connector,
     write_raw,
 )
+from clustermq.devtools.localcluster import LocalCluster
+from clustermq.pipelines.delta_jars import delta_jars
+from clustermq.pipelines.delta_session import delta_session
+from clustermq.pipelines.session import job_session
 
 BASE_MESSAGES = 200_000
 MEMORY_MESSAGES = 1_000_000
@@ -56,7 +63,7 @@ def _machine() -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="clustermq bench", description=__doc__)
     p.add_argument("--scale", type=float, default=1.0,
-                   help="multiply every message count (1.0 = the issue's sizes)")
+                   help="multiply every message count (1.0 = the full sizes)")
     p.add_argument("--out", default="bench-results", help="directory for results.json and plots")
     p.add_argument("--doc", default=None,
                    help="also write the Markdown table here (make bench: docs/benchmarks.md)")
@@ -71,12 +78,11 @@ def _count(base: int, scale: float, minimum: int = 300) -> int:
     return max(minimum, int(base * scale))
 
 
-def run(args: argparse.Namespace, cluster: Any = None, spark: Any = None) -> dict[str, Any]:
+def run(
+    args: argparse.Namespace, cluster: LocalCluster | None = None, spark: SparkSession | None = None
+) -> dict[str, Any]:
     """Run the selected steps; ``cluster``/``spark`` may be given (the smoke test shares its
     session's), else the bench starts and stops its own."""
-    from clustermq.devtools.localcluster import LocalCluster
-    from clustermq.pipelines.session import local_session
-
     out = Path(args.out)
     work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
@@ -87,7 +93,7 @@ def run(args: argparse.Namespace, cluster: Any = None, spark: Any = None) -> dic
     results: dict[str, Any] = {"comparisons": [], "scaling": [], "batch_size": [], "notes": []}
 
     own_cluster, own_spark = cluster is None, spark is None
-    if own_cluster:
+    if cluster is None:
         cluster = LocalCluster(Path(args.dir))
         _say(f"starting a 3-node cluster in {args.dir}")
         cluster.up(nodes=3, progress=_say)
@@ -97,15 +103,15 @@ def run(args: argparse.Namespace, cluster: Any = None, spark: Any = None) -> dic
         use_delta = not args.no_delta and _delta_available()
         conf = {"spark.sql.streaming.numRecentProgressUpdates": "100000",
                 "spark.sql.shuffle.partitions": "3"}
-        if not own_spark:
-            use_delta = use_delta and "delta" in spark.conf.get("spark.sql.extensions", "").lower()
+        if spark is not None:
+            use_delta = use_delta and "delta" in (spark.conf.get("spark.sql.extensions") or "").lower()
         elif use_delta:
-            from clustermq.pipelines.delta_jars import delta_session
-
             spark = delta_session("clustermq-bench", extra_conf=conf)
         else:
-            spark = local_session("clustermq-bench", extra_conf=conf)
-        jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+            spark = job_session("clustermq-bench", extra_conf=conf)
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # set while the session runs
+        jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
         b = Bench(nodes, username, password, spark, work, _say)
         results["environment"] = {
             "date": _dt.date.today().isoformat(), "machine": _machine(), "nodes": len(nodes),
@@ -134,11 +140,6 @@ def run(args: argparse.Namespace, cluster: Any = None, spark: Any = None) -> dic
                 comparisons.append(fig)
                 _say(f"  {fig.name}: {fig.rate:,.0f} msg/s")
             return step
-
-        def read_delta(b: Bench, queue: str, count: int, max_per_trigger: int) -> Figure:
-            from clustermq.devtools.bench.delta_run import read_into_delta
-
-            return read_into_delta(b, queue, count, max_per_trigger)
 
         def scaling() -> None:
             count = _count(BASE_MESSAGES // 2, args.scale)
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace, cluster: Any = None, spark: Any = None) -> dic
             raise SystemExit("--steps must include 'write': it measures the raw baselines")
         every = {"write": ("write: raw vs clustermq (and the raw read)", write_pair),
                  "read": ("read: clustermq reader into noop", read_step("read-noop", read_connector)),
-                 "delta": ("read: queue_to_delta into a Delta table", read_step("read-delta", read_delta)),
+                 "delta": ("read: queue_to_delta into a Delta table", read_step("read-delta", read_into_delta)),
                  "scaling": ("scaling over 1, 2, 3 nodes", scaling),
                  "sweep": ("batch-size sweep", sweep),
                  "memory": ("memory while draining the large backlog", memory)}
@@ -218,15 +219,16 @@ def _slim(fig: Figure, keep_memory: bool = False) -> dict[str, Any]:
 
 
 def _delta_available() -> bool:
+    """Whether the pinned Delta jars are cached (``make setup``); the bench never fetches them."""
     try:
-        from clustermq.pipelines.delta_jars import delta_jars
-
         return bool(delta_jars())
-    except Exception:
+    except (RuntimeError, OSError):  # DeltaJarsMissing is a RuntimeError, as is an unpinned pom
         return False
 
 
-def main(argv: list[str] | None = None, cluster: Any = None, spark: Any = None) -> int:
+def main(
+    argv: list[str] | None = None, cluster: LocalCluster | None = None, spark: SparkSession | None = None
+) -> int:
     args = parse_args(argv)
     results = run(args, cluster, spark)
     out = Path(args.out)

@@ -7,6 +7,7 @@ ratios that survive a noisy machine.
 
 from __future__ import annotations
 
+import datetime
 import statistics
 import time
 import uuid
@@ -17,6 +18,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from clustermq.broker.nodes import Node, format_nodes
 from clustermq.broker.settings import ConnectionOptions
@@ -132,7 +135,8 @@ def read_raw(b: Bench, queue: str, count: int) -> Figure:
     return Figure("read: raw stomp.py consumers", result.total, result.seconds, extra)
 
 
-def _progress_stats(query: Any) -> dict[str, Any]:
+def progress_stats(query: StreamingQuery) -> dict[str, Any]:
+    """Batches that read something, their p50/p95 duration (ms) and the largest batch."""
     durations, rows = [], []
     for p in query.recentProgress:
         if p.numInputRows:
@@ -183,7 +187,7 @@ def read_connector(
               "rest (not timed)")
         drain_quietly(b, queue, count - read, nodes)
     extra: dict[str, Any] = {**stall, "maxMessagesPerTrigger": max_per_trigger, "nodes": len(nodes or b.nodes),
-                             "depth_series": depths.series.samples, **_progress_stats(query)}
+                             "depth_series": depths.series.samples, **progress_stats(query)}
     if memory:
         jvm, reader = memory.peak()
         extra["memory_series"] = memory.samples
@@ -208,11 +212,9 @@ def _memory_growth(samples: list[tuple[float, int, int]]) -> dict[str, Any]:
     }
 
 
-def _end_seconds(progress: Any) -> float:
+def _end_seconds(progress: StreamingQueryProgress) -> float:
     """Epoch seconds at which a progress entry's trigger ended."""
-    import datetime as _dt
-
-    started = _dt.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
+    started = datetime.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
     return started + progress.durationMs.get("triggerExecution", 0) / 1000.0
 
 

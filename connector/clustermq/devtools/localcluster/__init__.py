@@ -9,13 +9,15 @@ templates in ``conf/<flavor>/``, runs one JVM per node and records everything in
 
 from __future__ import annotations
 
-from clustermq.devtools.localcluster.cluster import ClusterStartError, Credentials, LocalCluster
+from clustermq.devtools.localcluster.cluster import Credentials, LocalCluster
+from clustermq.devtools.localcluster.clusterdir import ClusterStartError
 from clustermq.devtools.localcluster.fetch import (
     ARTEMIS_VERSION,
     CLASSIC_VERSION,
     ensure_distribution,
 )
-from clustermq.devtools.localcluster.flavor import BrokerFlavor, get_flavor
+from clustermq.devtools.localcluster.flavor import BrokerFlavor
+from clustermq.devtools.localcluster.flavors import get_flavor
 from clustermq.devtools.localcluster.paths import default_cluster_dir
 from clustermq.paths import cache_dir
 

@@ -1,38 +1,32 @@
 """``LocalCluster``: start, inspect, break and stop a cluster of brokers on this machine.
 
 The connector is about *clusters*, so its tests need several real brokers wired together, and
-they need to kill and restart single nodes. Everything about a running cluster is recorded in
-``<dir>/cluster.json`` so that ``status``/``down`` work from another process (the CLI in another
-terminal, or the next test session after a crash), and every broker is stopped by its recorded
-pid, never by process name.
+they need to kill and restart single nodes. The cluster's state is recorded in its directory
+(:mod:`.clusterdir`) so that another process can inspect or stop it, and every broker is stopped
+by its recorded pid, never by process name.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import re
 import secrets
 import shutil
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from clustermq.broker.nodes import Node, TlsSettings, format_nodes
 from clustermq.devtools.localcluster import process
-from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress, get_flavor
+from clustermq.devtools.localcluster.clusterdir import NODE_DIR_NAME
+from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.flavors import get_flavor
 from clustermq.devtools.localcluster.ports import HOST, node_ports
-from clustermq.devtools.localcluster.state import STATE_FILE, ClusterState, NodeState
+from clustermq.devtools.localcluster.readiness import READY_TIMEOUT, ReadinessWaits
+from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.tls import TLS_DIR, generate_cluster_tls, keystore_password
 
 DEFAULT_USERNAME = "clustermq"
-READY_TIMEOUT = 90.0
 STOP_GRACE = 30.0
-LOG_TAIL_LINES = 40
-_NODE_DIR = re.compile(r"node\d+")
 
 log = logging.getLogger(__name__)
 
@@ -44,42 +38,10 @@ class Credentials(NamedTuple):
     password: str
 
 
-class ClusterStartError(RuntimeError):
-    """A node did not come up (or its peers did not connect) in time."""
-
-
-class LocalCluster:
-    """A cluster of broker processes rooted at one directory.
-
-    ``DIR/cluster.json`` holds the state, ``DIR/node<i>/`` a node's config, data, tmp and
-    ``broker.log``. Instances hold no state of their own beyond the directory: every call reads
-    ``cluster.json``, so several objects and processes can share one cluster.
-    """
-
-    def __init__(self, dir: Path | str) -> None:
-        self.dir = Path(dir).expanduser().resolve()
+class LocalCluster(ReadinessWaits):
+    """A cluster of broker processes rooted at one directory (layout: :class:`.ClusterDir`)."""
 
     # ----------------------------------------------------------------- inspection
-
-    @property
-    def exists(self) -> bool:
-        """Whether a cluster has been set up in this directory (running or not)."""
-        return (self.dir / STATE_FILE).is_file()
-
-    def state(self) -> ClusterState:
-        """The recorded state; ``FileNotFoundError`` when no cluster was ever set up here."""
-        state = ClusterState.load(self.dir)
-        if state is None:
-            raise FileNotFoundError(
-                f"no local cluster in {self.dir} ({STATE_FILE} missing); run 'clustermq cluster up'"
-            )
-        return state
-
-    def node_dir(self, index: int) -> Path:
-        return self.dir / f"node{index}"
-
-    def log_path(self, index: int) -> Path:
-        return self.node_dir(index) / "broker.log"
 
     def nodes(self) -> tuple[Node, ...]:
         """The STOMP endpoints of all nodes, in node order.
@@ -145,12 +107,6 @@ class LocalCluster:
             )
         return rows
 
-    def log_tail(self, index: int, lines: int = LOG_TAIL_LINES) -> str:
-        """The last ``lines`` lines the node's current process wrote to its log."""
-        node = self._node(self.state(), index)
-        text = self._log_since(index, node.log_offset)
-        return "\n".join(text.splitlines()[-lines:])
-
     # ----------------------------------------------------------------- lifecycle
 
     def up(
@@ -194,7 +150,7 @@ class LocalCluster:
             home, version = impl.ensure_home(say)
             ports = node_ports(nodes, base_port)
             for old in self.dir.glob("node*"):
-                if old.is_dir() and _NODE_DIR.fullmatch(old.name):
+                if old.is_dir() and NODE_DIR_NAME.fullmatch(old.name):
                     shutil.rmtree(old)
             state = ClusterState(
                 flavor=impl.name,
@@ -256,14 +212,15 @@ class LocalCluster:
         with self._lock():
             state = self.state()
             node = self._node(state, i)
-            marker = self._marker(i)
-            if not process.send_signal(node.pid, marker, sig):
+            marker, pid = self._marker(i), node.pid
+            if pid is None or not process.send_signal(pid, marker, sig):
                 node.pid = None
                 state.save(self.dir)
                 return
             if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
-                if not process.wait_exit(node.pid, marker, timeout):  # type: ignore[arg-type]
-                    raise RuntimeError(f"node {i} (pid {node.pid}) still running {timeout:.0f} s after {signal.Signals(sig).name}")
+                if not process.wait_exit(pid, marker, timeout):
+                    raise RuntimeError(f"node {i} (pid {pid}) still running {timeout:.0f} s after "
+                                       f"{signal.Signals(sig).name}")
                 node.pid = None
                 state.save(self.dir)
 
@@ -296,20 +253,6 @@ class LocalCluster:
                 raise
             return time.monotonic() - started
 
-    def wait_ready(self, i: int, timeout: float = READY_TIMEOUT) -> float:
-        """Block until node ``i`` accepts a STOMP login; return the seconds waited."""
-        state = self.state()
-        started = time.monotonic()
-        self._wait_ready(get_flavor(state.flavor), state, [i], started + timeout, log.debug, started)
-        return time.monotonic() - started
-
-    def wait_mesh(self, timeout: float = READY_TIMEOUT) -> float:
-        """Block until every node forwards to every other (no-op if the flavor cannot tell)."""
-        state = self.state()
-        started = time.monotonic()
-        self._wait_mesh(get_flavor(state.flavor), state, started + timeout, log.debug, started)
-        return time.monotonic() - started
-
     def __enter__(self) -> LocalCluster:
         return self
 
@@ -317,38 +260,6 @@ class LocalCluster:
         self.down()
 
     # ----------------------------------------------------------------- internals
-
-    def _marker(self, index: int) -> str:
-        return process.marker_arg(self.node_dir(index))
-
-    @staticmethod
-    def _node(state: ClusterState, index: int) -> NodeState:
-        for node in state.nodes:
-            if node.index == index:
-                return node
-        raise IndexError(f"no node {index}; the cluster has nodes 0..{len(state.nodes) - 1}")
-
-    def _check_dir_usable(self) -> None:
-        """Refuse to take over a non-empty directory that is not a cluster directory."""
-        if self.dir.exists() and not self.exists:
-            stray = [p.name for p in self.dir.iterdir()
-                     if not _NODE_DIR.fullmatch(p.name) and p.name not in (".lock", TLS_DIR)]
-            if stray:
-                raise RuntimeError(
-                    f"{self.dir} is not empty and holds no {STATE_FILE}; refusing to use it "
-                    f"for a cluster (found: {', '.join(sorted(stray)[:5])})"
-                )
-
-    @contextmanager
-    def _lock(self) -> Iterator[None]:
-        """Serialise state-changing operations on this directory across processes."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _launch(self, impl: BrokerFlavor, state: ClusterState, node: NodeState) -> None:
         node_dir = self.node_dir(node.index)
@@ -373,89 +284,3 @@ class LocalCluster:
         state.save(self.dir)
         if errors:
             raise RuntimeError("; ".join(errors))
-
-    def _log_since(self, index: int, offset: int) -> str:
-        try:
-            with open(self.log_path(index), "rb") as handle:
-                handle.seek(offset)
-                return handle.read().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return ""
-
-    def _failure(self, state: ClusterState, index: int, what: str) -> ClusterStartError:
-        node = self._node(state, index)
-        tail = "\n".join(self._log_since(index, node.log_offset).splitlines()[-LOG_TAIL_LINES:])
-        return ClusterStartError(
-            f"{what}\n--- last lines of {self.log_path(index)} ---\n{tail or '(empty)'}"
-        )
-
-    def _wait_ready(
-        self,
-        impl: BrokerFlavor,
-        state: ClusterState,
-        indices: list[int],
-        deadline: float,
-        say: Progress,
-        started: float,
-    ) -> None:
-        pending = {i: "not probed yet" for i in indices}
-        while pending:
-            for i in list(pending):
-                node = self._node(state, i)
-                if not process.is_running(node.pid, self._marker(i)):
-                    raise self._failure(state, i, f"node {i} ({node.name}) exited during start-up")
-                probe = impl.probe_ready(state, node, timeout=2.0)
-                if probe.ok:
-                    del pending[i]
-                    say(f"node {i} ready in {time.monotonic() - started:.1f} s")
-                else:
-                    pending[i] = probe.reason
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                first = min(pending)
-                waiting = "; ".join(f"node {i}: {reason}" for i, reason in sorted(pending.items()))
-                raise self._failure(
-                    state, first, f"timed out waiting for STOMP logins to succeed ({waiting})"
-                )
-            time.sleep(0.25)
-
-    def _wait_mesh(
-        self, impl: BrokerFlavor, state: ClusterState, deadline: float, say: Progress, started: float,
-        involving: int | None = None,
-    ) -> None:
-        """Wait for the bridges of the mesh; with ``involving``, only those to and from that node.
-
-        A restarted node needs its own bridges back; a bridge between two other nodes that
-        flaps meanwhile (measured in CI: Classic refused node0's reconnect to node2 with
-        InvalidClientIDException while node2 still held the old connection) is not its concern.
-        """
-        if len(state.nodes) < 2:
-            return
-        names = {n.name for n in state.nodes}
-        while True:
-            missing: dict[int, set[str]] = {}
-            for node in state.nodes:
-                peers = impl.connected_peers(state, node, self._log_since(node.index, node.log_offset))
-                if peers is None:
-                    return
-                lacking = names - {node.name} - peers
-                if involving is not None and node.index != involving:
-                    lacking &= {self._node(state, involving).name}
-                if lacking:
-                    missing[node.index] = lacking
-            if not missing:
-                say(f"network mesh complete in {time.monotonic() - started:.1f} s")
-                return
-            for i in missing:
-                node = self._node(state, i)
-                if not process.is_running(node.pid, self._marker(i)):
-                    raise self._failure(state, i, f"node {i} ({node.name}) exited while joining the mesh")
-            if time.monotonic() >= deadline:
-                first = min(missing)
-                detail = "; ".join(
-                    f"{self._node(state, i).name} not yet bridged to {', '.join(sorted(lack))}"
-                    for i, lack in sorted(missing.items())
-                )
-                raise self._failure(state, first, f"timed out waiting for the network mesh ({detail})")
-            time.sleep(0.25)

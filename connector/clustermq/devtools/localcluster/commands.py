@@ -225,7 +225,7 @@ def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.Argument
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m clustermq.devtools.localcluster.commands``) until cli.py wires it."""
+    """``python -m clustermq.devtools.localcluster.commands``: the cluster commands alone."""
     parser = argparse.ArgumentParser(prog="clustermq")
     sub = parser.add_subparsers(dest="command")
     sub.required = True

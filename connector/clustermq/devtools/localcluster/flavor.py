@@ -60,17 +60,3 @@ def client_tls_context(cluster: ClusterState) -> ssl.SSLContext | None:
         return None
     return ssl.create_default_context(cafile=cluster.ca_file)
 
-
-def get_flavor(name: str) -> BrokerFlavor:
-    """The flavor called ``name``; ``NotImplementedError`` for known-but-unsupported ones."""
-    from clustermq.devtools.localcluster.artemis import ArtemisFlavor
-    from clustermq.devtools.localcluster.classic import ClassicFlavor
-
-    flavors: dict[str, type[BrokerFlavor]] = {
-        ClassicFlavor.name: ClassicFlavor,
-        ArtemisFlavor.name: ArtemisFlavor,
-    }
-    key = name.strip().lower()
-    if key in flavors:
-        return flavors[key]()
-    raise ValueError(f"unknown broker flavor '{name}'; known flavors: classic, artemis")

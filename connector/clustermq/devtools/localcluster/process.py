@@ -16,9 +16,9 @@ from pathlib import Path
 
 MARKER_PROPERTY = "clustermq.node"
 
-# Children started by this process, so they can be reaped (a killed child stays a zombie, and
-# looks alive to kill(pid, 0), until its parent waits for it).
-_children: dict[int, subprocess.Popen] = {}
+# Children started by this process, with their argument lists, so they can be reaped (a killed
+# child stays a zombie, and looks alive to kill(pid, 0), until its parent waits for it).
+_children: dict[int, tuple[subprocess.Popen[bytes], tuple[str, ...]]] = {}
 
 
 def marker_arg(node_dir: Path) -> str:
@@ -44,7 +44,7 @@ def launch(cmd: list[str], cwd: Path, log_path: Path, env: dict[str, str] | None
             start_new_session=True,
             close_fds=True,
         )
-    _children[proc.pid] = proc
+    _children[proc.pid] = (proc, tuple(cmd))
     return proc.pid
 
 
@@ -54,16 +54,17 @@ def is_running(pid: int | None, marker: str) -> bool:
     A child of this process is judged by ``poll()`` alone: its pid cannot be reused before we
     reap it, and right after ``Popen`` returns the kernel may still be building the new image,
     when ``/proc/<pid>/cmdline`` reads empty (the close-on-exec pipe that ends ``Popen``'s wait
-    closes before the argument area is mapped). CI hit exactly that on a loaded machine and
-    reported a healthy broker as "exited during start-up". Other pids are checked by marker, and
+    closes before the argument area is mapped). On a loaded machine that made a healthy broker
+    look "exited during start-up". Other pids are checked by marker, and
     an empty command line (an exec in progress) is read again before it counts as foreign.
     """
     if not pid:
         return False
-    proc = _children.get(pid)
-    if proc is not None:
+    child = _children.get(pid)
+    if child is not None:
+        proc, args = child
         if proc.poll() is None:
-            return marker in list(proc.args)
+            return marker in args
         _children.pop(pid, None)
         return False
     for _ in range(20):
@@ -105,10 +106,10 @@ def wait_exit(pid: int, marker: str, timeout: float) -> bool:
 
 def send_signal(pid: int | None, marker: str, sig: int) -> bool:
     """Signal the process if it is still ours; return whether a signal was sent."""
-    if not is_running(pid, marker):
+    if pid is None or not is_running(pid, marker):
         return False
     try:
-        os.kill(pid, sig)  # type: ignore[arg-type]
+        os.kill(pid, sig)
     except ProcessLookupError:
         return False
     return True
@@ -120,10 +121,10 @@ def stop(pid: int | None, marker: str, grace: float = 30.0) -> None:
     A clean shutdown lets KahaDB close its journal; SIGKILL is the fallback so ``down`` always
     ends with no broker left. Does nothing when the process is already gone.
     """
-    if not send_signal(pid, marker, signal.SIGTERM):
+    if pid is None or not send_signal(pid, marker, signal.SIGTERM):
         return
-    if wait_exit(pid, marker, grace):  # type: ignore[arg-type]
+    if wait_exit(pid, marker, grace):
         return
     send_signal(pid, marker, signal.SIGKILL)
-    if not wait_exit(pid, marker, 10.0):  # type: ignore[arg-type]
+    if not wait_exit(pid, marker, 10.0):
         raise RuntimeError(f"process {pid} survived SIGKILL")

@@ -1,0 +1,49 @@
+"""Broker dialects: every difference between ActiveMQ Classic and Artemis lives here.
+
+The rest of the connector asks its dialect object and never tests the flavour itself. A
+dialect comes from the ``flavor`` option (:func:`resolve_dialect`) or, with ``flavor=auto``,
+from the CONNECTED frame's ``server`` header (:func:`detect_dialect`).
+"""
+
+from __future__ import annotations
+
+from clustermq.broker.dialect.artemis import ArtemisDialect
+from clustermq.broker.dialect.base import BrokerDialect
+from clustermq.broker.dialect.classic import ClassicDialect
+
+#: every dialect by the ``flavor`` option's value for it
+DIALECTS: dict[str, BrokerDialect] = {"classic": ClassicDialect(), "artemis": ArtemisDialect()}
+
+
+def detect_dialect(server_header: str | None) -> BrokerDialect:
+    """Pick the dialect from the CONNECTED frame's ``server`` header."""
+    server = (server_header or "").lower()
+    if "artemis" in server:
+        return DIALECTS["artemis"]
+    if server.startswith("activemq"):
+        return DIALECTS["classic"]
+    raise ValueError(
+        f"option 'flavor': cannot tell the broker kind from server header '{server_header}'; "
+        "set flavor to classic or artemis"
+    )
+
+
+def configured_dialect(flavor: str) -> BrokerDialect | None:
+    """The dialect the ``flavor`` option names; ``None`` for ``auto`` (known only once connected)."""
+    return None if flavor == "auto" else DIALECTS[flavor]
+
+
+def resolve_dialect(flavor: str, server_header: str | None) -> BrokerDialect:
+    """The dialect for option ``flavor`` (``auto`` reads the server header)."""
+    return configured_dialect(flavor) or detect_dialect(server_header)
+
+
+__all__ = [
+    "DIALECTS",
+    "ArtemisDialect",
+    "BrokerDialect",
+    "ClassicDialect",
+    "configured_dialect",
+    "detect_dialect",
+    "resolve_dialect",
+]

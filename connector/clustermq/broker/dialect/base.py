@@ -1,0 +1,113 @@
+"""What the connector needs to know about one kind of broker, and what is the same for all.
+
+The rest of the connector asks its dialect object and never tests the flavour itself; the
+flavours themselves are in :mod:`clustermq.broker.dialect.classic` and
+:mod:`clustermq.broker.dialect.artemis`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from clustermq.broker.request import Requester
+from clustermq.errors import BrowseNotSupported
+
+#: what to do instead of a browse, where a broker cannot browse
+READ_BY_DRAINING = (
+    "read it with a draining query instead (readStream, Trigger.AvailableNow), which consumes "
+    "and acknowledges on commit"
+)
+
+
+class BrokerDialect:
+    """What the connector needs to know about one kind of broker."""
+
+    name: str = "abstract"
+    #: the product, as error messages name it
+    product: str = "this broker"
+    #: header in which the broker itself returns a message's group to STOMP consumers
+    group_header: str | None = None
+    #: whether STOMP can browse a queue without consuming it
+    can_browse: bool = False
+    #: whether an ACK inside a STOMP transaction is undone by ABORT (else it takes effect at once)
+    transactional_ack: bool = True
+
+    def destination(self, queue: str) -> str:
+        return f"/queue/{queue}"
+
+    def routing_headers(self) -> dict[str, str]:
+        """Headers every SEND and SUBSCRIBE to a queue needs."""
+        return {}
+
+    def subscribe_headers(
+        self, prefetch: int, window_bytes: int | None = None, *, body_bytes: int = 1024, batch_bytes: int = 0
+    ) -> dict[str, str]:
+        """Flow control: how much a node may deliver ahead of acknowledgements.
+
+        ``prefetch`` messages. Where the broker counts bytes instead: ``window_bytes`` when
+        given, else room for ``prefetch`` messages of about ``body_bytes`` each and for two
+        batches of ``batch_bytes`` (one being processed, the next buffered).
+        """
+        return dict(self.routing_headers())
+
+    def browse_headers(self) -> dict[str, str]:
+        """SUBSCRIBE headers of a browse (see :meth:`check_browse` first)."""
+        return dict(self.routing_headers())
+
+    def browse_ended(self, headers: Mapping[str, str]) -> bool:
+        """Whether a browse delivery is the broker's end-of-listing marker, not a message."""
+        return False
+
+    def check_browse(self, hint: str = READ_BY_DRAINING, where: str = "") -> None:
+        """Raise :class:`BrowseNotSupported` where STOMP cannot browse (read without consuming).
+
+        ``where`` starts the message (e.g. the node), ``hint`` ends it with what to do instead.
+        """
+        if not self.can_browse:
+            raise BrowseNotSupported(
+                f"{where}{self.product} cannot browse a queue over STOMP (read without "
+                f"consuming); {hint}"
+            )
+
+    def group_id(self, headers: Mapping[str, str], fallback_header: str) -> str | None:
+        """The message's group id: the broker's own header first, then ``fallback_header``."""
+        if self.group_header:
+            value = headers.get(self.group_header)
+            if value:
+                return value
+        value = headers.get("JMSXGroupID") or headers.get(fallback_header)
+        return value or None
+
+    def send_headers(self, group_id: str | None, fallback_header: str) -> dict[str, str]:
+        """Group headers for a SEND: broker-side grouping plus the header the reader reads."""
+        headers = dict(self.routing_headers())
+        if group_id is not None:
+            headers["JMSXGroupID"] = group_id
+            headers[fallback_header] = group_id
+        return headers
+
+    def added_headers(self) -> frozenset[str]:
+        """Headers the broker adds to a delivered message: a copy sent again must not carry them."""
+        return frozenset({self.group_header}) if self.group_header else frozenset()
+
+    def duplicate_id_headers(self, message_key: str) -> dict[str, str]:
+        """Headers that let the broker itself drop a duplicate SEND (where it can)."""
+        return {}
+
+    def message_id(self, headers: Mapping[str, str], node: str) -> str | None:
+        """The message's id: unique in the cluster, stable across redeliveries by ``node``."""
+        return headers.get("message-id")
+
+    def header_value_problem(self, headers: Mapping[str, str]) -> str | None:
+        """Why the broker would not deliver one of these header values intact, or ``None``."""
+        return None
+
+    def queue_depth(self, requests: Requester, queue: str) -> int:
+        """Messages of ``queue`` held by the node ``requests`` is connected to.
+
+        Raises :class:`~clustermq.errors.DepthError` when the node cannot tell.
+        """
+        raise NotImplementedError(f"{self.product}: no queue depth over STOMP")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -1,0 +1,70 @@
+"""Request and reply over STOMP, all within one deadline: how the depth probe asks a node.
+
+Each broker answers management questions differently (see the dialects' ``queue_depth``), but
+always the same way over STOMP: subscribe a reply destination, confirmed by a RECEIPT so no
+reply can be routed before the subscription exists; send the request; wait for the reply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import stomp
+
+from clustermq.broker.listener import Inbox
+from clustermq.errors import DepthError, LinkLost
+
+
+class Requester:
+    """One node's connection for request/reply, and the deadline every wait counts against."""
+
+    def __init__(self, conn: stomp.Connection12, inbox: Inbox, deadline: float) -> None:
+        self.conn = conn
+        self.inbox = inbox
+        self.deadline = deadline
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def subscribe(self, destination: str, sub_id: str, headers: Mapping[str, str]) -> None:
+        """SUBSCRIBE ``destination`` and wait for the broker's RECEIPT."""
+
+        def send(receipt: str) -> None:
+            self.conn.subscribe(destination, id=sub_id, ack="auto", headers={**headers, "receipt": receipt})
+
+        try:
+            self.inbox.confirm(send, self.remaining(), "subscribe")
+        except LinkLost as exc:
+            raise self._failure(exc, "SUBSCRIBE receipt") from None
+
+    def unsubscribe(self, sub_id: str) -> None:
+        """End a reply subscription (best effort: the connection closes soon anyway)."""
+        try:
+            self.conn.unsubscribe(id=sub_id)
+        except Exception:
+            pass
+
+    def send(self, destination: str, headers: Mapping[str, str]) -> None:
+        """Send a request (an empty body; the headers are the question)."""
+        self.conn.send(destination, "", headers=dict(headers))
+
+    def reply(self, waiting_for: str, accept: Callable[[Any], bool]) -> Any:
+        """The next delivery ``accept`` takes; ``DepthError`` at the deadline or on a loss."""
+        while True:
+            try:
+                frame = self.inbox.next(self.remaining())
+            except LinkLost as exc:
+                raise self._failure(exc, waiting_for) from None
+            if frame is None:
+                raise DepthError(f"no {waiting_for} before the timeout")
+            if accept(frame):
+                return frame
+
+    def _failure(self, exc: LinkLost, waiting_for: str) -> DepthError:
+        if self.inbox.error is not None:
+            return DepthError(self.inbox.reason)
+        if self.inbox.lost.is_set():
+            return DepthError(f"connection closed while waiting for {waiting_for}")
+        return DepthError(f"no {waiting_for} before the timeout ({exc})")

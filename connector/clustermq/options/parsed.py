@@ -1,0 +1,91 @@
+"""The reader's and the writer's options, validated before anything is consumed or sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from clustermq.broker.settings import ConnectionOptions
+from clustermq.options.connection import parse_connection_options
+from clustermq.options.table import (
+    ACK_MODE,
+    AVAILABLE_NOW_IDLE_TIMEOUT,
+    BROWSE_IDLE_TIMEOUT,
+    HEADERS_FROM_COLUMNS,
+    LOAD_BALANCING_POLICY,
+    MAX_BYTES_PER_TRIGGER,
+    MAX_MESSAGES_PER_TRIGGER,
+    MODE,
+    NO_NODE_TIMEOUT,
+    NUM_PARTITIONS,
+    PERSISTENT,
+    PREFETCH_PER_NODE,
+    RECEIPT_TIMEOUT,
+    REPLAY_TIMEOUT,
+    check_known,
+    default_prefetch,
+)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Validated options of the streaming and the batch reader."""
+
+    connection: ConnectionOptions
+    num_partitions: int
+    max_messages_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    prefetch_per_node: int
+    ack_mode: str
+    no_node_timeout_s: float
+    available_now_idle_timeout_s: float
+    replay_timeout_s: float
+    mode: str
+    browse_idle_timeout_s: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        raw = check_known(options, "read")
+        conn = parse_connection_options(raw)
+        max_messages = MAX_MESSAGES_PER_TRIGGER.read(raw)
+        max_bytes = MAX_BYTES_PER_TRIGGER.read(raw)
+        prefetch = PREFETCH_PER_NODE.read_or(raw, default_prefetch(max_messages))
+        return cls(
+            connection=conn,
+            num_partitions=NUM_PARTITIONS.read_or(raw, len(conn.nodes)),
+            max_messages_per_trigger=max_messages,
+            max_bytes_per_trigger=max_bytes,
+            prefetch_per_node=prefetch,
+            ack_mode=ACK_MODE.read(raw),
+            no_node_timeout_s=NO_NODE_TIMEOUT.seconds(raw),
+            available_now_idle_timeout_s=AVAILABLE_NOW_IDLE_TIMEOUT.seconds(raw),
+            replay_timeout_s=REPLAY_TIMEOUT.seconds(raw),
+            mode=MODE.read(raw),
+            browse_idle_timeout_s=BROWSE_IDLE_TIMEOUT.seconds(raw),
+        )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Validated options of the batch and streaming writer."""
+
+    connection: ConnectionOptions
+    load_balancing_policy: str
+    persistent: bool
+    headers_from_columns: bool
+    receipt_timeout_s: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        # writeStream passes its checkpointLocation to the sink like any other option.
+        given = {k: v for k, v in options.items() if k.lower() != "checkpointlocation"}
+        raw = check_known(given, "write")
+        conn = parse_connection_options(raw)
+        receipt_timeout_s = RECEIPT_TIMEOUT.seconds(raw)
+        return cls(
+            connection=conn,
+            load_balancing_policy=LOAD_BALANCING_POLICY.read(raw),
+            persistent=PERSISTENT.read(raw),
+            headers_from_columns=HEADERS_FROM_COLUMNS.read(raw),
+            receipt_timeout_s=receipt_timeout_s,
+        )

@@ -1,0 +1,111 @@
+"""Every option the connector knows, declared once: name, kind, typed default, limits, meaning.
+
+The parsers read every value through these objects (``HEARTBEAT.read(raw)``), and the README's
+option table is checked row by row against :data:`OPTIONS` by a test, so code, defaults and
+documentation cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from clustermq.broker.dialect import DIALECTS
+from clustermq.errors import OptionError
+from clustermq.options.kinds import (
+    Bool,
+    Choice,
+    File,
+    Float,
+    HeaderName,
+    Millis,
+    NodeList,
+    Option,
+    OptionalInt,
+    QueueName,
+    Text,
+)
+
+#: ``auto`` reads the broker kind from the CONNECTED frame; the others are the known dialects
+FLAVORS = ("auto", *DIALECTS)
+ACK_MODES = ("client", "client-individual")
+LOAD_BALANCING_POLICIES = ("roundRobin", "random", "randomSticky", "firstElement")
+READ_MODES = ("browse", "drain")
+#: prefetchPerNode without maxMessagesPerTrigger (with it: twice the batch size)
+PREFETCH_WITHOUT_LIMIT = 10000
+
+
+def default_prefetch(max_messages_per_trigger: int | None) -> int:
+    """prefetchPerNode's computed default, as its ``shown`` text says."""
+    if max_messages_per_trigger:
+        return 2 * max_messages_per_trigger
+    return PREFETCH_WITHOUT_LIMIT
+
+
+# ---------------------------------------------------------------------------- the table (README order)
+BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`. Required.")
+QUEUE = QueueName("queue", meaning="Queue name (without `/queue/`). Required. At most 1024 bytes; no spaces, control characters, `,` `:` `*` `>` `#` `?` (brokers read them as composite destinations, wildcards or destination options).")
+FLAVOR = Choice("flavor", default="auto", allowed=FLAVORS, meaning="Broker kind: `auto` (from the CONNECTED frame's `server` header), " + " or ".join(f"`{name}`" for name in DIALECTS) + ".")
+USERNAME = Text("username", meaning="Login user for every node.")
+PASSWORD = Text("password", meaning="Login password. Never logged, never shown in errors, progress or `repr()`.")
+NUM_PARTITIONS = OptionalInt("numPartitions", minimum=1, shown="number of nodes", applies_to="read", meaning="Spark partitions per micro-batch; rows are hash-partitioned by group id.")
+MAX_MESSAGES_PER_TRIGGER = OptionalInt("maxMessagesPerTrigger", minimum=1, shown="none", applies_to="read", meaning="Upper bound on messages per micro-batch over all nodes.")
+MAX_BYTES_PER_TRIGGER = OptionalInt("maxBytesPerTrigger", minimum=1, shown="none", applies_to="read", meaning="Upper bound on body bytes per micro-batch over all nodes (a batch holds at least one message).")
+PREFETCH_PER_NODE = OptionalInt("prefetchPerNode", minimum=1, shown=f"2 x maxMessagesPerTrigger, else {PREFETCH_WITHOUT_LIMIT}", applies_to="read", meaning="Messages a node may deliver ahead of acknowledgement (Classic `activemq.prefetchSize`; Artemis `consumer-window-size`, sized in bytes from it, see Flavors); bounds driver memory and the largest batch per node.")
+GROUP_ID_HEADER = HeaderName("groupIdHeader", default="clustermq_group", meaning="Header that carries the group id where the broker does not return its own group header (Classic drops `JMSXGroupID` on STOMP).")
+ACK_MODE = Choice("ackMode", default="client", allowed=ACK_MODES, applies_to="read", meaning="STOMP ack mode: `client` (one cumulative ACK per node per batch) or `client-individual`.")
+INITIAL_RECONNECT_DELAY = Millis("initialReconnectDelay", default=1000, minimum=0, meaning="Milliseconds before the first reconnect attempt to a lost node.")
+MAX_RECONNECT_DELAY = Millis("maxReconnectDelay", default=30000, minimum=1, meaning="Upper bound in milliseconds between reconnect attempts.")
+USE_EXPONENTIAL_BACK_OFF = Bool("useExponentialBackOff", default=True, meaning="Grow the reconnect delay by `backOffMultiplier` after each failed attempt.")
+BACK_OFF_MULTIPLIER = Float("backOffMultiplier", default=2.0, minimum=1.0, meaning="Factor of the exponential back-off.")
+# Without a CA file the system trust store is used, and without a key file the key in the
+# certificate file: both by the ssl module itself, where the connection is made.
+SSL_CA_FILE = File("sslCaFile", shown="system trust store", meaning="PEM file of the CA(s) that signed the brokers' certificates, for `stomp+ssl://` nodes. Checked to exist when options are parsed.")
+SSL_CERT_FILE = File("sslCertFile", meaning="Client certificate (PEM) for mutual TLS with `stomp+ssl://` nodes; may hold the private key too.")
+SSL_KEY_FILE = File("sslKeyFile", shown="the key in sslCertFile", meaning="Unencrypted private key (PEM) of `sslCertFile`.")
+SSL_VERIFY_HOSTNAME = Bool("sslVerifyHostname", default=True, meaning="Check that a `stomp+ssl://` node's certificate names the host given in `brokers` (SAN DNS or IP). The chain is always verified.")
+CONNECT_TIMEOUT = Millis("connectTimeout", default=10000, minimum=1, meaning="Milliseconds to wait for a node's CONNECTED frame.")
+HEARTBEAT = Millis("heartbeat", default=10000, minimum=0, meaning="STOMP heart-beat interval in milliseconds, both directions (0 disables); a node silent for 2.5 times this is declared lost.")
+NO_NODE_TIMEOUT = Millis("noNodeTimeout", default=120000, minimum=1, applies_to="read", meaning="The query fails when no node has been reachable for this many milliseconds.")
+AVAILABLE_NOW_IDLE_TIMEOUT = Millis("availableNowIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Trigger.AvailableNow: stop waiting for the backlog measured at start when, with every message received already planned, no message arrived for this many milliseconds while the queue still holds messages (a stalled Classic bridge holds them until it is rebuilt, about 10 s in the local cluster); a queue found empty ends the run within seconds (competing consumers took the rest). After a third of it (at most 3 s) nodes are resubscribed once, see docs/design.md.")
+REPLAY_TIMEOUT = Millis("replayTimeout", default=60000, minimum=1, applies_to="read", meaning="Milliseconds a replayed batch waits for the brokers to redeliver its messages after a restart.")
+LOAD_BALANCING_POLICY = Choice("loadBalancingPolicy", default="roundRobin", allowed=LOAD_BALANCING_POLICIES, applies_to="write", meaning="Writer: how a task picks the node for rows without a group id: `roundRobin` (task i of a job to node start + i), `random` (per task), `randomSticky` (one random node per job or streaming query), `firstElement` (the first listed node). Rows with a group id always go to the node their group hashes to.")
+PERSISTENT = Bool("persistent", default=True, applies_to="write", meaning="Writer: send messages persistent (`persistent:true`), so they survive a broker restart.")
+HEADERS_FROM_COLUMNS = Bool("headersFromColumns", default=False, applies_to="write", meaning="Writer: turn input columns other than `body`, `group_id`, `headers`, `priority`, `destination` into message headers (column name = header name) instead of rejecting them.")
+RECEIPT_TIMEOUT = Millis("receiptTimeout", default=60000, minimum=1, applies_to="write", meaning="Writer: milliseconds to wait for a broker's RECEIPT of a COMMIT, and for the next staged message while the driver moves a job into the queue.")
+MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", meaning="Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node) without consuming it; ActiveMQ Classic only. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`spark_jobs/export_backlog.py --mode drain`).")
+BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Batch read: milliseconds a node's browse may go without a message before the read fails.")
+
+OPTIONS: tuple[Option[Any], ...] = (
+    BROKERS, QUEUE, FLAVOR, USERNAME, PASSWORD, NUM_PARTITIONS, MAX_MESSAGES_PER_TRIGGER,
+    MAX_BYTES_PER_TRIGGER, PREFETCH_PER_NODE, GROUP_ID_HEADER, ACK_MODE, INITIAL_RECONNECT_DELAY,
+    MAX_RECONNECT_DELAY, USE_EXPONENTIAL_BACK_OFF, BACK_OFF_MULTIPLIER, SSL_CA_FILE, SSL_CERT_FILE,
+    SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
+    AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
+    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT,
+)
+#: every option by its name as users write it (``SPEC["heartbeat"]``)
+SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}
+TLS_OPTIONS = (SSL_CA_FILE, SSL_CERT_FILE, SSL_KEY_FILE, SSL_VERIFY_HOSTNAME)
+
+
+def known_options(applies_to: str) -> list[str]:
+    return [s.name for s in OPTIONS if s.applies_to in (applies_to, "both")]
+
+
+def check_known(raw: Mapping[str, str], applies_to: str) -> dict[str, str]:
+    """``raw`` with lower-cased names; an unknown name fails listing the known ones."""
+    allowed = {n.lower(): n for n in known_options(applies_to)}
+    lowered: dict[str, str] = {}
+    for key, value in raw.items():
+        k = key.lower()
+        if k == "path":  # Spark passes load(path)/save(path) as option "path"
+            continue
+        if k not in allowed:
+            role = {"write": "writer"}.get(applies_to, f"{applies_to}er")
+            raise OptionError(
+                f"unknown option '{key}' for the clustermq {role}; "
+                f"known options: {', '.join(sorted(allowed.values()))}"
+            )
+        lowered[k] = value
+    return lowered

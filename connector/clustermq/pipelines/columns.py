@@ -1,0 +1,15 @@
+"""The columns of the table the queue → Delta sink writes, and the names it reserves.
+
+Apart from the sink because the body parse needs them too: a parsed column must not clash with
+a table column, nor with the key the sink de-duplicates by while a batch is processed.
+"""
+
+from __future__ import annotations
+
+READER_COLUMNS = (
+    "node", "destination", "message_id", "group_id", "sequence", "redelivered", "priority",
+    "timestamp", "headers", "body",
+)
+TABLE_COLUMNS = READER_COLUMNS + ("ingest_time", "batch_id")
+KEY = "_clustermq_key"  # the de-duplication key while a batch is processed; never written
+CORRUPT_COLUMN = "_corrupt"  # a body that did not parse, as text (with a BodyParse)

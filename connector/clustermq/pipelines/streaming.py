@@ -1,0 +1,111 @@
+"""How a job runs its streaming query: the trigger flag, clean stops on signals, progress.
+
+Shared by the jobs in ``spark_jobs/`` and the demo, so that a stop or a progress line means the
+same in each. Spark's types are imported for type checking only: nothing here runs Spark code
+of its own, it drives the query it is given.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from clustermq.broker.depth import connection_depths, format_depth_table
+from clustermq.errors import JobConfigError
+from clustermq.options import ReadOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+
+def check_trigger(trigger: str) -> None:
+    """``JobConfigError`` unless ``trigger`` is ``availableNow`` or ``processingTime=<interval>``.
+
+    A job checks its flag with this before any Spark work.
+    """
+    if trigger != "availableNow" and not trigger.startswith("processingTime="):
+        raise JobConfigError(
+            f"--trigger: '{trigger}' is not availableNow or processingTime=<interval>"
+        )
+
+
+def apply_trigger(writer: DataStreamWriter, trigger: str) -> DataStreamWriter:
+    """``availableNow`` or ``processingTime=<interval>`` on a ``DataStreamWriter``."""
+    check_trigger(trigger)
+    if trigger == "availableNow":
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=trigger.split("=", 1)[1])
+
+
+def run_until_done(query: StreamingQuery, on_tick: Callable[[], None] | None = None) -> None:
+    """Wait for the query; SIGTERM/SIGINT stop it cleanly (acks stay tied to commits).
+
+    A stop between batches loses nothing; a stop during a batch leaves that batch for the
+    next run (replayed from the checkpoint), like a crash. ``on_tick`` runs about once a
+    second (progress lines) and once more at the end.
+    """
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while query.isActive:
+            if stop.is_set():
+                print("stopping the query (signal received)", file=sys.stderr, flush=True)
+                query.stop()
+                break
+            query.awaitTermination(1)
+            if on_tick is not None:
+                on_tick()
+        if on_tick is not None:
+            on_tick()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    error = query.exception()
+    if error is not None:
+        raise RuntimeError(f"streaming query {query.id} failed: {error}")
+
+
+class StreamProgress:
+    """Prints one line per finished micro-batch: messages so far against the measured backlog."""
+
+    def __init__(self, query: StreamingQuery, backlog: int | None, what: str = "exported") -> None:
+        self.query = query
+        self.backlog = backlog
+        self.what = what
+        self.done = 0
+        self._seen: set[int] = set()
+
+    def __call__(self) -> None:
+        for progress in self.query.recentProgress:
+            batch = progress["batchId"] if isinstance(progress, dict) else progress.batchId
+            rows = progress["numInputRows"] if isinstance(progress, dict) else progress.numInputRows
+            if batch in self._seen or not rows:
+                continue
+            self._seen.add(batch)
+            self.done += int(rows)
+            print(self.line(batch), flush=True)
+
+    def line(self, batch: int) -> str:
+        if self.backlog:
+            pct = 100.0 * self.done / self.backlog
+            return f"batch {batch}: {self.what} {self.done} of {self.backlog} messages ({pct:.0f}%)"
+        return f"batch {batch}: {self.what} {self.done} messages"
+
+
+def measure_backlog(options: Mapping[str, str]) -> tuple[int | None, str]:
+    """The queue's depth over all nodes (``None`` if a node did not answer) and a table of it.
+
+    ``options`` are the job's reader options, parsed as the reader parses them, so the probe
+    connects as the reader does (credentials, ``sslCaFile`` and the other TLS settings) and a
+    malformed option fails here, before any message is consumed.
+    """
+    depths = connection_depths(ReadOptions.parse(options).connection)
+    total = depths.total if depths.complete else None
+    return total, format_depth_table(depths)

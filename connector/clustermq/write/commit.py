@@ -1,0 +1,80 @@
+"""The driver's end of a write: commit moves a job's staged messages into the queue, abort
+drops them, and both say what happened in the driver's log.
+
+Why messages go through staging at all is in :mod:`clustermq.write.staging`: a Python writer is
+not told that its task failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from clustermq.logs import apply_log_level
+from clustermq.options import WriteOptions
+from clustermq.write.staging import NodeMove, StagedTask, move_job, purge_job
+from clustermq.write.task import ClusterMQCommitMessage
+
+log = logging.getLogger("clustermq.writer")
+
+
+def report(text: str, warning: bool = False) -> None:
+    """Log on the driver. Spark's Python workers configure no logging (unless
+    ``CLUSTERMQ_LOG_LEVEL`` is set, see logs.py): then write to stderr, which Spark forwards to
+    the driver's log."""
+    apply_log_level()
+    log.log(logging.WARNING if warning else logging.INFO, text)
+    if not log.hasHandlers():
+        print(f"clustermq: {text}", file=sys.stderr, flush=True)
+
+
+def winners(messages: Sequence[WriterCommitMessage | None]) -> list[ClusterMQCommitMessage]:
+    """The commit messages of the task attempts Spark kept (``None`` for tasks with no rows)."""
+    return [m for m in messages if isinstance(m, ClusterMQCommitMessage)]
+
+
+def commit_job(options: WriteOptions, what: str, job_id: str,
+               messages: Sequence[WriterCommitMessage | None]) -> list[NodeMove]:
+    """Move the winning attempts' staged messages into the queue and report per node."""
+    tasks = winners(messages)
+    started = time.monotonic()
+    results = move_job(
+        options, job_id, [StagedTask(m.task_tag, m.counts) for m in tasks], options.connection.queue
+    )
+    per_node = {r.node: r.moved for r in results}
+    total = sum(per_node.values())
+    rows = sum(m.rows for m in tasks)
+    counts = ", ".join(f"{n.name}={per_node.get(n.name, 0)}" for n in options.connection.nodes)
+    notes = [f"{r.node}: {note}" for r in results for note in r.notes]
+    notes += [f"{r.node}: {r.dropped} stale staged messages dropped" for r in results if r.dropped]
+    unavailable = sorted({f"{name} ({why})" for m in tasks for name, why in m.unavailable.items()})
+    text = (f"{what} committed {total} messages ({rows} rows, {len(tasks)} tasks) to queue "
+            f"'{options.connection.queue}': {counts}; moved from staging in "
+            f"{time.monotonic() - started:.1f} s")
+    if unavailable:
+        text += "; nodes unavailable to tasks: " + ", ".join(unavailable)
+    if notes:
+        text += "; " + "; ".join(notes)
+    report(text)
+    return results
+
+
+def abort_job(options: WriteOptions, what: str, job_id: str | None) -> None:
+    """Drop what the job staged (``job_id`` ``None``: no task reported, nothing to find)."""
+    queue = options.connection.queue
+    if job_id is None:
+        report(f"{what} aborted: nothing was published to '{queue}'; no task reported staged "
+               "messages (what a failed task may have staged is dropped by the query's next "
+               "committed batch)", warning=True)
+        return
+    results = purge_job(options, job_id, queue)
+    dropped = sum(r.dropped for r in results)
+    problems = [f"{r.node}: {r.error}" for r in results if r.error]
+    text = f"{what} aborted: nothing was published to '{queue}'; {dropped} staged messages dropped"
+    if problems:
+        text += "; " + "; ".join(problems)
+    report(text, warning=True)

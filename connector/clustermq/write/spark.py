@@ -1,0 +1,84 @@
+"""``df.write`` / ``df.writeStream`` ``.format("clustermq")``: rows in, messages out.
+
+Driver side: the input columns are checked once, before any task runs
+(:func:`~clustermq.write.layout.input_layout`). Executor side: each task turns its rows into
+messages and publishes them into the job's staging queues (:func:`~clustermq.write.task.write_task`).
+Driver side again: ``commit()`` moves the staged messages into the queue and ``abort()`` drops
+them (:mod:`clustermq.write.commit`). Why the detour through staging is in ``staging.py``: a
+Python writer is not told that its task failed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from clustermq.options import WriteOptions
+from clustermq.write.commit import abort_job, commit_job, report, winners
+from clustermq.write.layout import InputLayout
+from clustermq.write.task import ClusterMQCommitMessage, task_identity, write_task
+
+
+class ClusterMQBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("clustermq").mode("append").save()``.
+
+    Created on the driver, pickled to every task and back to ``commit``/``abort``: the job id
+    drawn here is shared by all of them.
+    """
+
+    def __init__(self, options: WriteOptions, layout: InputLayout) -> None:
+        self.options = options
+        self.layout = layout
+        self.job_id = uuid.uuid4().hex
+
+    def __repr__(self) -> str:
+        return f"ClusterMQBatchWriter(queue={self.options.connection.queue!r}, job={self.job_id})"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
+        return write_task(self.options, self.layout, task_identity(self.job_id, False), iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_job(self.options, f"job {self.job_id}", self.job_id, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_job(self.options, f"job {self.job_id}", self.job_id)
+
+
+class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("clustermq")``: one staged job per micro-batch.
+
+    Spark creates this object anew for the tasks of every batch and again, in another process,
+    for every ``commit``/``abort``: nothing is shared through it. The query id (the job id of
+    the staging queues) reaches ``commit`` in the tasks' commit messages.
+    """
+
+    def __init__(self, options: WriteOptions, layout: InputLayout) -> None:
+        self.options = options
+        self.layout = layout
+        self.fallback_id = uuid.uuid4().hex
+
+    def __repr__(self) -> str:
+        return f"ClusterMQStreamWriter(queue={self.options.connection.queue!r})"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
+        return write_task(self.options, self.layout, task_identity(self.fallback_id, True), iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        tasks = winners(messages)
+        if not tasks:
+            report(f"batch {batchId} committed 0 messages (no rows)")
+            return
+        job = tasks[0].job_id
+        commit_job(self.options, f"query {job} batch {batchId}", job, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        tasks = winners(messages)
+        job = tasks[0].job_id if tasks else None
+        abort_job(self.options, f"query {job or '(id unknown)'} batch {batchId}", job)
