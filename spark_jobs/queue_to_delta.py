@@ -40,7 +40,7 @@ from clustermq.pipelines.jobs import (
     reader_options,
 )
 from clustermq.pipelines.queue_to_delta import start_queue_to_delta
-from clustermq.pipelines.streaming import check_trigger, run_until_done
+from clustermq.pipelines.streaming import LagLines, check_trigger, run_until_done
 
 SECTION = "queue_to_delta"
 DEFAULTS = {
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"query {query.id} started: queue {args.queue} -> {args.table}", flush=True)
     try:
-        run_until_done(query)
+        run_until_done(query, on_tick=LagLines(query))
     finally:
         totals = sink.totals
         print(f"done: {totals.batches} batches, {totals.rows_in} rows read, "

@@ -14,8 +14,12 @@ if TYPE_CHECKING:
 
     from clustermq.broker.settings import ConnectionOptions
     from clustermq.devtools.localcluster import LocalCluster
+    from spark_standalone import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[1]
+# What a deployment would configure for the jobs the tests start (a local master sized for
+# 2 cores, no UI, WARN): the jobs read it from spark-defaults.conf like any Spark application.
+os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
 
 # Every Spark JVM the suite starts (its own session, each job's driver: they inherit the
 # environment) compiles with C1 only. On 2 cores the C2 compiler threads compete with the work
@@ -243,6 +247,16 @@ class Broker:
         opts = {"brokers": self.cluster.brokers, "queue": queue, **self.login}
         opts.update({k: str(v) for k, v in extra.items()})
         return opts
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A Spark standalone master and worker from pyspark's ``spark-class`` (spark_standalone.py),
+    shared by the tests that submit applications; stopped by pid at the end of the session."""
+    from spark_standalone import standalone_cluster
+
+    with standalone_cluster(tmp_path_factory.mktemp("spark-standalone")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

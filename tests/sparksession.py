@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from clustermq.pipelines.delta_session import LOCAL_DEFAULTS, delta_conf
+from clustermq.pipelines.delta_session import delta_conf
+from clustermq.pipelines.session import LOCAL_TUNING
 
 
 def local_session(
@@ -37,7 +38,7 @@ def local_session(
     }
     if delta:
         conf.update(delta_conf())
-        conf.update(LOCAL_DEFAULTS)
+        conf.update({k: v for k, v in LOCAL_TUNING.items() if k != "spark.sql.shuffle.partitions"})
     conf.update(extra_conf or {})
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     for key, value in conf.items():

@@ -8,7 +8,8 @@ most one prefetch window per node, and its memory is that window plus a constant
 
 Observed without touching the reader process: every progress record of the query carries the
 source's ``startOffset`` (everything below was committed and acknowledged, the reader dropped
-it), and ``latestOffset`` (``reportLatestOffset``: the next sequence the reader would number).
+it), and ``latestOffset`` (``reportLatestOffset``: per node the next sequence the reader would number,
+with its lag).
 ``latestOffset - startOffset`` per node is therefore exactly the subscription's ``buffered``
 count when the batch was planned. Memory is the resident set of the Python process Spark
 starts for the source (``MemorySampler`` from the benchmarks).
@@ -72,9 +73,10 @@ def bytes_per_buffered_message() -> int:
 
 
 def offsets(value: object) -> dict[str, int]:
+    """Offset per node; ``latestOffset`` nests it with the lag (``{"offset": n, ...}``)."""
     if isinstance(value, str):
         value = json.loads(value)
-    return {k: int(v) for k, v in dict(value or {}).items()}
+    return {k: int(v["offset"] if isinstance(v, dict) else v) for k, v in dict(value or {}).items()}
 
 
 def test_large_backlog_with_slow_sink_keeps_reader_memory_bounded(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,63 @@ def test_queue_names_brokers_would_misroute_are_refused(name: str, fragment: str
     assert "allowed" in str(err.value) or "at most" in str(err.value)
     for ok in ("orders", "a.b-c_d", "é.q", "x" * 1024, "a/b"):
         assert check_queue_name(ok) == ok
+
+
+# ----------------------------------------------------------------------------- job sessions
+def test_delta_release_is_pinned_once_in_three_places() -> None:
+    """The Maven package in the routes, the offline cache's pom and the `delta` extra agree."""
+    import tomllib
+
+    from clustermq.pipelines.delta_jars import pinned_artifact
+    from clustermq.pipelines.delta_session import DELTA_MAVEN_PACKAGE
+
+    artifact, version = pinned_artifact()
+    assert DELTA_MAVEN_PACKAGE == f"io.delta:{artifact}:{version}"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["delta"] == [f"delta-spark=={version}"]
+
+
+@pytest.mark.parametrize(
+    "env,defaults,configured",
+    [
+        ({}, None, False),
+        ({"PYSPARK_GATEWAY_PORT": "40000"}, None, True),  # started by spark-submit
+        ({"PYSPARK_SUBMIT_ARGS": "--master spark://h:7077 pyspark-shell"}, None, True),
+        ({"SPARK_MASTER": "spark://h:7077"}, None, True),
+        ({}, "spark.master  yarn\n", True),
+        ({}, "# spark.master yarn\nspark.ui.enabled false\n", False),
+    ],
+)
+def test_a_job_sets_no_master_when_the_deployment_configured_one(
+    env: dict[str, str], defaults: str | None, configured: bool, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clustermq.pipelines import session
+
+    for name in ("PYSPARK_GATEWAY_PORT", "PYSPARK_SUBMIT_ARGS", "SPARK_MASTER", "SPARK_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    if defaults is not None:
+        (tmp_path / "spark-defaults.conf").write_text(defaults)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert session.master_is_configured() is configured
+
+
+def test_delta_routes_name_every_way_to_get_delta() -> None:
+    from clustermq.pipelines.delta_session import DELTA_MAVEN_PACKAGE, ROUTES
+
+    assert f"--packages {DELTA_MAVEN_PACKAGE}" in ROUTES
+    assert "python -m clustermq.pipelines.delta_jars --jars" in ROUTES
+    assert "clustermq[delta]" in ROUTES
+
+
+def test_lag_line_names_every_node_with_its_backlog() -> None:
+    from clustermq.pipelines.streaming import lag_line
+
+    latest = {"a:1": {"offset": 10, "buffered": 4, "acknowledged": 6, "backlog": 90},
+              "b:2": {"offset": 3, "buffered": 0, "acknowledged": 3}}
+    progress = {"batchId": 7, "sources": [{"latestOffset": json.dumps(latest)}]}
+    assert lag_line(progress) == ("lag after batch 7: a:1 backlog 90, buffered 4, acknowledged 6; "
+                                  "b:2 buffered 0, acknowledged 3")
+    assert lag_line({"batchId": 1, "sources": [{"latestOffset": '{"a:1": 5}'}]}) is None

@@ -171,6 +171,50 @@ def test_admission_control_by_messages_and_bytes(spark: SparkSession, broker, tm
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
+def test_progress_reports_the_lag_per_node(spark: SparkSession, broker, tmp_path: Path) -> None:
+    """``latestOffset`` in every progress record: per node the next offset, what is buffered,
+    what is acknowledged (exactly the batch's start: everything below it was committed), and
+    the queue's backlog on the broker once measured."""
+    queue = new_queue("lag")
+    broker.produce(queue, 3000)
+
+    def slow_sink(batch: DataFrame, batch_id: int) -> None:
+        batch.count()
+        time.sleep(1.0)
+
+    query = (spark.readStream.format("clustermq")
+             .options(**broker.reader_options(queue, maxMessagesPerTrigger=300)).load()
+             .writeStream.foreachBatch(slow_sink)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    records: dict[int, dict] = {}
+    while query.isActive:
+        for p in query.recentProgress:
+            records[p["batchId"]] = p
+        query.awaitTermination(0.5)
+    for p in query.recentProgress:
+        records[p["batchId"]] = p
+    assert query.exception() is None, query.exception()
+    names = [n.name for n in broker.cluster.nodes()]
+    with_rows = [p for _, p in sorted(records.items()) if p["numInputRows"] > 0]
+    assert sum(p["numInputRows"] for p in with_rows) == 3000
+    measured = []
+    for p in with_rows:
+        source = p["sources"][0]
+        latest = json.loads(source["latestOffset"])
+        start = (json.loads(source["startOffset"]) if source["startOffset"] else None) or {}
+        assert sorted(latest) == sorted(names), latest
+        for node, lag in latest.items():
+            assert lag["acknowledged"] == int(start.get(node, 0)), (p["batchId"], node, lag, start)
+            assert lag["buffered"] >= lag["offset"] - lag["acknowledged"] >= 0, lag
+        if all("backlog" in lag for lag in latest.values()):
+            measured.append(sum(lag["backlog"] for lag in latest.values()))
+    assert measured, "no progress record carried the backlog"
+    assert 0 < measured[0] <= 3000
+    assert measured[-1] <= measured[0], measured  # measured while the queue drains
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
 def test_a_node_delivers_a_full_batch_between_two_acknowledgements(
     spark: SparkSession, broker, tmp_path: Path
 ) -> None:

@@ -26,6 +26,7 @@ from clustermq.devtools.localcluster.cluster import LocalCluster
 from clustermq.options import OptionError, parse_connection_options
 from clustermq.pipelines.delta_session import delta_session
 from clustermq.pipelines.queue_to_delta import start_queue_to_delta
+from clustermq.pipelines.session import LOCAL_TUNING
 from clustermq.pipelines.streaming import run_until_done
 
 MAX_RUNS = 3
@@ -92,7 +93,7 @@ def queue_to_delta(
     max_messages_per_trigger: int,
 ) -> dict[str, object]:
     """Run the queue_to_delta pipeline (AvailableNow) and measure the table it wrote."""
-    spark = delta_session("clustermq-demo")
+    spark = delta_session("clustermq-demo", extra_conf={**LOCAL_TUNING, "spark.ui.enabled": "false", "spark.log.level": "WARN"})
     table = str(work / "orders_delta")
     options = {"brokers": brokers, "queue": queue,
                "maxMessagesPerTrigger": str(max_messages_per_trigger)}

@@ -1,17 +1,20 @@
 """The pinned Delta Lake jars: fetched once, then only located.
 
-delta-spark's Python package carries no jars, and ``spark.jars.packages`` would make every
-SparkSession resolve and download at start (slow, and fatal on a machine that cannot reach
-Maven Central at that moment). So the jars are resolved once, with the machine's Maven client,
-from the pinned ``conf/delta/pom.xml`` into the git-ignored cache (``make setup`` does it), and
-sessions (:mod:`clustermq.pipelines.delta_session`) only ever read them from there. A missing
-cache is an error that names ``make setup``, never a download.
+delta-spark's Python package carries no jars: its helper and ``--packages`` make Spark resolve
+and download them at start, which needs Maven Central at that moment. This module is the route
+for machines without it: the jars are resolved once, with the machine's Maven client, from the
+pinned ``conf/delta/pom.xml`` into the git-ignored cache (``make setup`` does it, and the test
+suite's sessions use it), and only ever read from there.
 
-Run ``python -m clustermq.pipelines.delta_jars`` to fetch (idempotent; prints the jar folder).
+Run ``python -m clustermq.pipelines.delta_jars`` to fetch (idempotent; prints the jar folder);
+with ``--jars`` it prints the value for ``spark-submit --jars`` instead. This is the route for
+machines without Maven access at job start; ``--packages`` and delta-spark's pip helper are the
+others (:mod:`clustermq.pipelines.delta_session`).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import re
@@ -161,14 +164,29 @@ def _maven_runtime_dependencies(pom: Path) -> list[tuple[str, Path]]:
     return result
 
 
+def cache_is_complete(cache: Path | None = None) -> bool:
+    """Whether the offline cache holds the pinned jars (``False`` outside a source checkout,
+    where the pin in ``conf/delta/pom.xml`` is not available)."""
+    try:
+        return (jar_dir(cache) / COMPLETE_MARKER).is_file()
+    except FileNotFoundError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m clustermq.pipelines.delta_jars``: fetch the pinned jars (once) and print their folder."""
+    """``python -m clustermq.pipelines.delta_jars [--jars]``: fetch the pinned jars (once), then
+    print their folder, or with ``--jars`` the comma-separated list ``spark-submit --jars`` takes."""
+    parser = argparse.ArgumentParser(prog="python -m clustermq.pipelines.delta_jars",
+                                     description=main.__doc__)
+    parser.add_argument("--jars", action="store_true",
+                        help="print the jars as one comma-separated value for spark-submit --jars")
+    args = parser.parse_args(argv)
     try:
         jars = ensure_delta_jars(progress=lambda m: print(m, file=sys.stderr, flush=True))
     except RuntimeError as exc:
         print(f"clustermq: error: {exc}", file=sys.stderr)
         return 2
-    print(jars[0].parent)
+    print(",".join(str(j) for j in jars) if args.jars else jars[0].parent)
     return 0
 
 

@@ -1,43 +1,109 @@
-"""The SparkSession of a job (``spark_jobs/``, the demo, the benchmark)."""
+"""The SparkSession of a job (``spark_jobs/``, the demo, the benchmark), wherever it is launched.
+
+A job is a Spark application: under ``spark-submit`` (YARN, Kubernetes, standalone) the JVM and
+its master already exist when the job's Python starts, and whatever the job set on the builder
+would silently override the user's ``--master`` and ``--conf``. So the builder here sets nothing
+a deployment decides (master, shuffle partitions, UI, log level) when a master is configured,
+and defaults only the master, to a local one, when the job is started as plain ``python`` with
+no master anywhere.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+#: the master a job started as plain ``python`` uses when none is configured
+LOCAL_MASTER = "local[*]"
+#: Settings that make a job on one small machine fast, for the demo, the benchmark and a user's
+#: local run (``--conf`` under spark-submit, or ``spark-defaults.conf``); never applied by
+#: :func:`job_session` itself. Delta rebuilds a table's state with
+#: ``snapshotPartitions`` tasks after every commit: its default of 50 made a 1,000-row batch
+#: take ~30 s on 2 cores instead of ~3 s (measured). Spark's 200 shuffle partitions are sized
+#: for a cluster; the console progress bar garbles the jobs' progress lines.
+LOCAL_TUNING: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.showConsoleProgress": "false",
+}
 
-def job_session(app_name: str, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
-    """The job's SparkSession: local, on this machine, running this interpreter's clustermq.
+Builder = SparkSession.Builder
 
-    What it sets, and why:
 
-    * ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` (unless set) to this interpreter, so the
-      Python workers import the clustermq installed here; ``format("clustermq")`` then resolves
-      through Spark's auto-registration of the top-level ``pyspark_clustermq`` module.
-    * master ``local[2]``: the jobs run on the machine they are started on.
-    * ``spark.sql.shuffle.partitions=4``: Spark's default of 200 shuffle tasks is sized for a
-      cluster; on two local cores each extra task is overhead.
-    * ``spark.ui.enabled=false``: no web server (and no port taken) per job.
-    * ``spark.sql.streaming.stopActiveRunOnRestart=true``: a query restarted from its
-      checkpoint in the same process replaces the old run instead of failing.
-    * Spark's log level WARN, so the jobs' own progress lines stay readable.
+def launched_by_spark_submit() -> bool:
+    """Whether this Python was started by ``spark-submit`` (its JVM is already running).
 
-    ``extra_conf`` is applied last and wins.
+    spark-submit's PythonRunner hands the driver its gateway in ``PYSPARK_GATEWAY_PORT``; pyspark
+    itself uses the same variable to decide whether to launch a JVM.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
-    )
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_defaults() -> dict[str, str]:
+    """The ``spark-defaults.conf`` spark-submit will read (``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``); empty when there is none."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir and os.environ.get("SPARK_HOME"):
+        conf_dir = str(Path(os.environ["SPARK_HOME"]) / "conf")
+    if not conf_dir:
+        return {}
+    path = Path(conf_dir) / "spark-defaults.conf"
+    if not path.is_file():
+        return {}
+    values: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and not parts[0].startswith("#"):
+            values[parts[0]] = parts[1].strip()
+    return values
+
+
+def submit_args() -> list[str]:
+    """``PYSPARK_SUBMIT_ARGS``: what plain ``python`` passes to the spark-submit it launches."""
+    return shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+
+
+def master_is_configured() -> bool:
+    """A master chosen outside the job: spark-submit, ``--master`` in ``PYSPARK_SUBMIT_ARGS``,
+    ``spark.master`` in spark-defaults.conf, or ``SPARK_MASTER``."""
+    return (launched_by_spark_submit() or "--master" in submit_args()
+            or "spark.master" in spark_defaults() or bool(os.environ.get("SPARK_MASTER")))
+
+
+def job_session(
+    app_name: str,
+    extra_conf: Mapping[str, str] | None = None,
+    configure: Callable[[Builder], Builder] | None = None,
+) -> SparkSession:
+    """The job's SparkSession, as the deployment configured it.
+
+    * Under spark-submit: the running application's session; only ``extra_conf`` (the job's own
+      needs, e.g. Delta's extension) is added.
+    * Plain ``python``: the master from ``SPARK_MASTER``, else whatever spark-defaults.conf or
+      ``PYSPARK_SUBMIT_ARGS`` say, else ``local[*]``. The Python workers run this interpreter
+      (``PYSPARK_PYTHON``, unless set), so they import the clustermq installed here and
+      ``format("clustermq")`` resolves through Spark's auto-registration of the top-level
+      ``pyspark_clustermq`` module.
+
+    Shuffle partitions, UI and log level stay Spark's defaults unless the user sets them (see
+    :data:`LOCAL_TUNING` for a small machine). ``configure`` edits the builder last, before the
+    JVM starts (delta-spark's ``configure_spark_with_delta_pip`` is such a function).
+    """
+    builder = SparkSession.builder.appName(app_name)
+    if not launched_by_spark_submit():
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if os.environ.get("SPARK_MASTER"):
+            builder = builder.master(os.environ["SPARK_MASTER"])
+        elif not master_is_configured():
+            builder = builder.master(LOCAL_MASTER)
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    if configure is not None:
+        builder = configure(builder)
+    return builder.getOrCreate()

@@ -7,6 +7,7 @@ of its own, it drives the query it is given.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -72,6 +73,51 @@ def run_until_done(query: StreamingQuery, on_tick: Callable[[], None] | None = N
         raise RuntimeError(f"streaming query {query.id} failed: {error}")
 
 
+def progress_field(progress: Any, name: str) -> Any:
+    """A field of a progress record, whichever form PySpark returns (dict or object)."""
+    return progress[name] if isinstance(progress, dict) else getattr(progress, name)
+
+
+def lag_line(progress: Any) -> str | None:
+    """``lag after batch N: <node> backlog B, buffered b, acknowledged a; ...`` from the
+    reader's ``latestOffset`` in a progress record (``None`` when it carries no lag)."""
+    for source in progress_field(progress, "sources") or []:
+        latest = source["latestOffset"] if isinstance(source, dict) else source.latestOffset
+        if isinstance(latest, str):
+            try:
+                latest = json.loads(latest)
+            except ValueError:
+                continue
+        if not isinstance(latest, dict) or not all(isinstance(v, dict) for v in latest.values()):
+            continue
+        parts = []
+        for node, lag in latest.items():
+            backlog = f"backlog {lag['backlog']}, " if "backlog" in lag else ""
+            parts.append(f"{node} {backlog}buffered {lag.get('buffered', 0)}, "
+                         f"acknowledged {lag.get('acknowledged', 0)}")
+        return f"lag after batch {progress_field(progress, 'batchId')}: " + "; ".join(parts)
+    return None
+
+
+class LagLines:
+    """Prints the reader's lag once per finished micro-batch (an ``on_tick`` for run_until_done)."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.query = query
+        self._seen: set[int] = set()
+
+    def __call__(self) -> None:
+        for progress in self.query.recentProgress:
+            batch = progress_field(progress, "batchId")
+            if batch in self._seen:
+                continue
+            self._seen.add(batch)
+            if progress_field(progress, "numInputRows"):
+                line = lag_line(progress)
+                if line:
+                    print(line, flush=True)
+
+
 class StreamProgress:
     """Prints one line per finished micro-batch: messages so far against the measured backlog."""
 
@@ -91,6 +137,9 @@ class StreamProgress:
             self._seen.add(batch)
             self.done += int(rows)
             print(self.line(batch), flush=True)
+            lag = lag_line(progress)
+            if lag:
+                print(lag, flush=True)
 
     def line(self, batch: int) -> str:
         if self.backlog:

@@ -10,7 +10,7 @@ same, cumulatively and idempotently.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -23,9 +23,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from clustermq.broker.depth import QueueDepths, connection_depths
 from clustermq.logs import apply_log_level
 from clustermq.options import ReadOptions
 from clustermq.read.consumer import ClusterConsumer
+from clustermq.read.lag import BacklogMonitor, NodeLag, lag_report
 from clustermq.read.offsets import NodeOffsets, make_offsets, parse_offsets
 from clustermq.read.partitions import MessagesPartition, plan_partitions, read_partition
 
@@ -47,11 +49,13 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._consumer: ClusterConsumer | None = None
+        self._backlog: BacklogMonitor | None = None
         apply_log_level()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_consumer"] = None
+        state["_backlog"] = None
         return state
 
     def __repr__(self) -> str:
@@ -105,19 +109,23 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             end = consumer.latest(begin, max_messages, max_bytes)
         return end
 
-    def reportLatestOffset(self) -> NodeOffsets | None:
+    def reportLatestOffset(self) -> dict[str, NodeLag] | None:
+        """Per node: the next offset, and the lag behind it (:mod:`clustermq.read.lag`)."""
         if self._consumer is None:
             return None
-        return make_offsets(
-            {s.node: s.next_seq or 0 for s in self._consumer.status()}, self._names()
-        )
+        if self._backlog is None:
+            self._backlog = BacklogMonitor(self._depth_probe())
+            self._backlog.start()
+        return lag_report(self._consumer.status(), self._backlog.depths())
 
-    def prepareForTriggerAvailableNow(self) -> None:
-        from clustermq.broker.depth import QueueDepths, connection_depths
-
+    def _depth_probe(self) -> Callable[[], QueueDepths]:
         def probe() -> QueueDepths:
             return connection_depths(self.options.connection)
 
+        return probe
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        probe = self._depth_probe()
         depths = probe()
         unknown = [name for name, depth in depths.items() if depth is None]
         if unknown:
@@ -148,6 +156,9 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._consumer.acknowledge(parse_offsets(end, self._names()))
 
     def stop(self) -> None:
+        if self._backlog is not None:
+            self._backlog.stop()
+            self._backlog = None
         if self._consumer is not None:
             self._consumer.stop()
             self._consumer = None

@@ -35,7 +35,7 @@ from clustermq.devtools.bench.scenarios import (
 from clustermq.devtools.localcluster import LocalCluster
 from clustermq.pipelines.delta_jars import delta_jars
 from clustermq.pipelines.delta_session import delta_session
-from clustermq.pipelines.session import job_session
+from clustermq.pipelines.session import LOCAL_TUNING, job_session
 
 BASE_MESSAGES = 200_000
 MEMORY_MESSAGES = 1_000_000
@@ -101,7 +101,8 @@ def run(
         username, password = cluster.credentials
         nodes = list(cluster.nodes())
         use_delta = not args.no_delta and _delta_available()
-        conf = {"spark.sql.streaming.numRecentProgressUpdates": "100000",
+        conf = {**LOCAL_TUNING, "spark.ui.enabled": "false", "spark.log.level": "WARN",
+                "spark.sql.streaming.numRecentProgressUpdates": "100000",
                 "spark.sql.shuffle.partitions": "3"}
         if spark is not None:
             use_delta = use_delta and "delta" in (spark.conf.get("spark.sql.extensions") or "").lower()
