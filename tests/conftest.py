@@ -17,9 +17,23 @@ if TYPE_CHECKING:
     from spark_standalone import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[1]
-# What a deployment would configure for the jobs the tests start (a local master sized for
-# 2 cores, no UI, WARN): the jobs read it from spark-defaults.conf like any Spark application.
-os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
+#: What a deployment would configure for the jobs the tests start as plain ``python
+#: spark_jobs/<job>.py`` (the jobs themselves set none of it): a local master sized for 2 cores,
+#: no UI, WARN. Plain ``python`` hands PYSPARK_SUBMIT_ARGS to the spark-submit it launches, as a
+#: user's environment would. (Not a spark-defaults.conf: SPARK_CONF_DIR goes on the JVM's class
+#: path, and a non-empty directory there stops the JDK from writing the suite's CDS archive.)
+JOB_SPARK_SETTINGS = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.log.level": "WARN",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.streaming.stopActiveRunOnRestart": "true",
+}
+JOB_SUBMIT_ARGS = " ".join(
+    ["--master local[2]", *(f"--conf {k}={v}" for k, v in JOB_SPARK_SETTINGS.items()), "pyspark-shell"]
+)
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", JOB_SUBMIT_ARGS)
 
 # Every Spark JVM the suite starts (its own session, each job's driver: they inherit the
 # environment) compiles with C1 only. On 2 cores the C2 compiler threads compete with the work

@@ -113,10 +113,34 @@ def test_an_installed_wheel_gives_format_clustermq_without_a_register_call(
     queue, total = f"test.wheel.{uuid.uuid4().hex[:8]}", 500
     broker.produce(queue, total)
     env = drain_env(broker, fresh_env)
-    env.pop("SPARK_CONF_DIR", None)
     out = run([str(fresh_env), str(DRIVER), "--brokers", broker.cluster.brokers, "--queue", queue,
                "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "checkpoint")],
               300, env=env, cwd=tmp_path)
     assert last_json(out.stdout)["rows"] == total
     assert sorted(loadgen_ids(spark, tmp_path / "out")) == list(range(total))
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_a_job_run_as_plain_python_gets_delta_from_delta_spark(
+    spark: SparkSession, broker: Any, fresh_env: Path, wheel: Path, tmp_path: Path
+) -> None:
+    """``pip install 'clustermq[delta]'``: a job started as plain ``python`` uses delta-spark's
+    own helper (``spark.jars.packages``, resolved by Spark from Maven), not the offline cache
+    (the fresh environment is no checkout, it has none)."""
+    run([str(fresh_env), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], 300)
+    run([str(fresh_env), "-m", "pip", "install", "-q", "delta-spark==4.4.0"], 600)
+    queue, total = f"test.pipdelta.{uuid.uuid4().hex[:8]}", 500
+    broker.produce(queue, total)
+    env = drain_env(broker, fresh_env)
+    ivy = ROOT / "conf" / "ivysettings.xml"  # see the README: Maven's half-filled ~/.m2
+    env["PYSPARK_SUBMIT_ARGS"] = env["PYSPARK_SUBMIT_ARGS"].replace(
+        "pyspark-shell", f"--conf spark.jars.ivySettings={ivy} pyspark-shell")
+    table = tmp_path / "table"
+    out = run([str(fresh_env), str(ROOT / "spark_jobs" / "queue_to_delta.py"),
+               "--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
+               "--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "availableNow"],
+              600, env=env, cwd=tmp_path)
+    assert "done:" in out.stdout
+    ids = spark.read.format("delta").load(str(table)).select(F.col("headers")["loadgen_id"].cast("int")).collect()
+    assert sorted(r[0] for r in ids) == list(range(total))
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}

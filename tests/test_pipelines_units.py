@@ -220,3 +220,22 @@ def test_lag_line_names_every_node_with_its_backlog() -> None:
     assert lag_line(progress) == ("lag after batch 7: a:1 backlog 90, buffered 4, acknowledged 6; "
                                   "b:2 buffered 0, acknowledged 3")
     assert lag_line({"batchId": 1, "sources": [{"latestOffset": '{"a:1": 5}'}]}) is None
+
+
+@pytest.mark.parametrize(
+    "args,configured",
+    [
+        ("--conf spark.databricks.delta.snapshotPartitions=2 pyspark-shell", False),
+        ("--packages io.delta:delta-spark_4.2_2.13:4.4.0 pyspark-shell", True),
+        ("--conf spark.jars=/x/delta-spark.jar pyspark-shell", True),
+        ("--jars /x/other.jar pyspark-shell", False),
+    ],
+)
+def test_delta_counts_as_configured_only_when_its_jars_are_given(
+    args: str, configured: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from clustermq.pipelines.delta_session import user_configured_delta
+
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", args)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert user_configured_delta() is configured

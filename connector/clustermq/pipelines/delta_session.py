@@ -58,11 +58,16 @@ def delta_conf() -> dict[str, str]:
 
 
 def user_configured_delta() -> bool:
-    """Whether the user already put Delta on the class path for a plain ``python`` launch."""
-    args = " ".join(submit_args())
+    """Whether the user already put Delta's jars on the class path of a plain ``python`` launch
+    (``--jars``/``--packages`` or ``spark.jars``/``spark.jars.packages`` naming Delta)."""
+    args = submit_args()
+    given = [value for flag, value in zip(args, args[1:], strict=False)
+             if flag in ("--jars", "--packages")]
+    given += [value.split("=", 1)[1] for flag, value in zip(args, args[1:], strict=False)
+              if flag == "--conf" and value.split("=", 1)[0] in ("spark.jars", "spark.jars.packages")]
     defaults = spark_defaults()
-    given = [args, defaults.get("spark.jars", ""), defaults.get("spark.jars.packages", "")]
-    return any("delta" in text for text in given)
+    given += [defaults.get("spark.jars", ""), defaults.get("spark.jars.packages", "")]
+    return any("delta" in value for value in given)
 
 
 def _pip_route(builder: Builder) -> Builder:
