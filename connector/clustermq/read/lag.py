@@ -5,7 +5,8 @@ offsets: ``reportLatestOffset``, shown as the source's ``latestOffset`` in ``las
 The reader puts its lag there, per node: ``offset`` (the next offset it would number, what
 ``latestOffset`` means for Kafka), ``buffered`` (delivered, not yet in a committed batch),
 ``acknowledged`` (offsets below this are acknowledged) and ``backlog`` (the queue's depth on the
-broker node, delivered-but-unacknowledged messages included; left out until first measured).
+broker node, delivered-but-unacknowledged messages included, as the broker counts it: a Classic network can
+count a message on two nodes while a bridge moves it; left out until first measured).
 
 The backlog needs a STOMP round trip per node, so a background thread measures it every
 :data:`BACKLOG_INTERVAL_S` instead of Spark's trigger loop waiting for it.
