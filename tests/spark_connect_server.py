@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustermq.devtools.localcluster.ports import free_ports
-from spark_standalone import HOST, SPARK_HOME, _stop, spark_bin, spark_env
+from spark_standalone import HOST, SPARK_HOME, spark_bin, spark_env, stop_process
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -67,4 +67,4 @@ def connect_server(work: Path) -> Iterator[ConnectServer]:
             time.sleep(0.3)
         yield ConnectServer(f"sc://{HOST}:{port}", log)
     finally:
-        _stop(proc)
+        stop_process(proc)

@@ -69,7 +69,7 @@ def spark_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group (spark-class execs java in it), SIGKILL after a grace."""
     if proc.poll() is not None:
         return
@@ -125,4 +125,4 @@ def standalone_cluster(work: Path, cores: int = 2, memory: str = "2g") -> Iterat
         yield cluster
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop_process(proc)

@@ -8,7 +8,6 @@ at the master (its JSON status), every message exactly once in the table, the qu
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -17,10 +16,11 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from clustermq.pipelines.delta_session import DELTA_MAVEN_PACKAGE
 from spark_standalone import StandaloneCluster, spark_bin, spark_env
+from test_pipelines import loadgen_ids, tail
+from test_reader_faults import kill_group
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -49,13 +49,8 @@ def submit(cluster: StandaloneCluster, delta: list[str], job: str, args: list[st
         try:
             return proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait(10)
+            kill_group(proc)
             raise AssertionError(f"{job} did not finish in {timeout:.0f} s:\n{tail(log)}") from None
-
-
-def tail(log: Path, chars: int = 5000) -> str:
-    return log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"
 
 
 def ran_on(cluster: StandaloneCluster, name: str, before: set[str]) -> dict[str, Any]:
@@ -67,10 +62,6 @@ def ran_on(cluster: StandaloneCluster, name: str, before: set[str]) -> dict[str,
 
 def app_ids(cluster: StandaloneCluster) -> set[str]:
     return {a["id"] for a in cluster.applications()}
-
-
-def loadgen_ids(df: Any) -> list[int]:
-    return [r[0] for r in df.select(F.col("headers")["loadgen_id"].cast("int")).collect()]
 
 
 def test_queue_to_delta_submitted_with_packages_reads_every_message_once(

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from spark_standalone import StandaloneCluster, spark_bin, spark_env
+from test_pipelines import loadgen_ids
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -81,11 +81,6 @@ def last_json(stdout: str) -> dict[str, Any]:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def loadgen_ids(spark: SparkSession, out: Path) -> list[int]:
-    rows = spark.read.parquet(str(out)).select(F.col("headers")["loadgen_id"].cast("int")).collect()
-    return [r[0] for r in rows]
-
-
 def test_a_wheel_shipped_with_py_files_reaches_driver_and_executors(
     spark: SparkSession, broker: Any, standalone: StandaloneCluster, fresh_env: Path, wheel: Path, tmp_path: Path
 ) -> None:
@@ -100,7 +95,7 @@ def test_a_wheel_shipped_with_py_files_reaches_driver_and_executors(
                "--checkpoint", str(tmp_path / "checkpoint")], 420, env=env, cwd=tmp_path)
     result = last_json(out.stdout)
     assert result["rows"] == total
-    assert sorted(loadgen_ids(spark, tmp_path / "out")) == list(range(total))
+    assert sorted(loadgen_ids(spark.read.parquet(str(tmp_path / "out")))) == list(range(total))
     assert result["app_id"].startswith("app-"), result  # a standalone application, not local
     assert any(a["id"] == result["app_id"] for a in standalone.applications())
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
@@ -117,7 +112,7 @@ def test_an_installed_wheel_gives_format_clustermq_without_a_register_call(
                "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "checkpoint")],
               300, env=env, cwd=tmp_path)
     assert last_json(out.stdout)["rows"] == total
-    assert sorted(loadgen_ids(spark, tmp_path / "out")) == list(range(total))
+    assert sorted(loadgen_ids(spark.read.parquet(str(tmp_path / "out")))) == list(range(total))
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
@@ -141,6 +136,5 @@ def test_a_job_run_as_plain_python_gets_delta_from_delta_spark(
                "--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "availableNow"],
               600, env=env, cwd=tmp_path)
     assert "done:" in out.stdout
-    ids = spark.read.format("delta").load(str(table)).select(F.col("headers")["loadgen_id"].cast("int")).collect()
-    assert sorted(r[0] for r in ids) == list(range(total))
+    assert sorted(loadgen_ids(spark.read.format("delta").load(str(table)))) == list(range(total))
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}

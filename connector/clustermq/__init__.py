@@ -4,44 +4,9 @@ Every error the connector raises on purpose derives from :class:`ClusterMQError`
 are exported here so user code can catch them without knowing the module layout.
 """
 
-from clustermq.errors import (
-    BrokerError,
-    BrowseIncomplete,
-    BrowseNotSupported,
-    ClusterMQError,
-    DeltaJarsMissing,
-    DepthError,
-    HeaderNotCarried,
-    InputError,
-    JobConfigError,
-    LinkLost,
-    MessageRefused,
-    MoveError,
-    NodeUnavailable,
-    NoNodeReachable,
-    NoWritableNode,
-    OptionError,
-)
+from clustermq import errors
+from clustermq.errors import *  # noqa: F403 - every error class, listed once in errors.__all__
 from clustermq.source import ClusterMQDataSource
 
 __version__ = "0.1.0"
-__all__ = [
-    "BrokerError",
-    "BrowseIncomplete",
-    "BrowseNotSupported",
-    "ClusterMQDataSource",
-    "ClusterMQError",
-    "DeltaJarsMissing",
-    "DepthError",
-    "HeaderNotCarried",
-    "InputError",
-    "JobConfigError",
-    "LinkLost",
-    "MessageRefused",
-    "MoveError",
-    "NoNodeReachable",
-    "NoWritableNode",
-    "NodeUnavailable",
-    "OptionError",
-    "__version__",
-]
+__all__ = ["ClusterMQDataSource", "__version__", *errors.__all__]

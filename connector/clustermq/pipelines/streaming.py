@@ -109,37 +109,32 @@ class LagLines:
     def __call__(self) -> None:
         for progress in self.query.recentProgress:
             batch = progress_field(progress, "batchId")
-            if batch in self._seen:
-                continue
-            self._seen.add(batch)
-            if progress_field(progress, "numInputRows"):
-                line = lag_line(progress)
-                if line:
-                    print(line, flush=True)
-
-
-class StreamProgress:
-    """Prints one line per finished micro-batch: messages so far against the measured backlog."""
-
-    def __init__(self, query: StreamingQuery, backlog: int | None, what: str = "exported") -> None:
-        self.query = query
-        self.backlog = backlog
-        self.what = what
-        self.done = 0
-        self._seen: set[int] = set()
-
-    def __call__(self) -> None:
-        for progress in self.query.recentProgress:
-            batch = progress["batchId"] if isinstance(progress, dict) else progress.batchId
-            rows = progress["numInputRows"] if isinstance(progress, dict) else progress.numInputRows
+            rows = progress_field(progress, "numInputRows")
             if batch in self._seen or not rows:
                 continue
             self._seen.add(batch)
-            self.done += int(rows)
-            print(self.line(batch), flush=True)
-            lag = lag_line(progress)
-            if lag:
-                print(lag, flush=True)
+            self.report(batch, int(rows), progress)
+
+    def report(self, batch: int, rows: int, progress: Any) -> None:
+        line = lag_line(progress)
+        if line:
+            print(line, flush=True)
+
+
+class StreamProgress(LagLines):
+    """Prints one line per finished micro-batch: messages so far against the measured backlog,
+    then the lag."""
+
+    def __init__(self, query: StreamingQuery, backlog: int | None, what: str = "exported") -> None:
+        super().__init__(query)
+        self.backlog = backlog
+        self.what = what
+        self.done = 0
+
+    def report(self, batch: int, rows: int, progress: Any) -> None:
+        self.done += rows
+        print(self.line(batch), flush=True)
+        super().report(batch, rows, progress)
 
     def line(self, batch: int) -> str:
         if self.backlog:
