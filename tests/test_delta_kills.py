@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 import uuid
@@ -38,18 +39,15 @@ def log_since(log: Path, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
-# Classic only in the default suite: each crash costs a driver start (~15-20 s on 2 cores), so
-# ten of them on both flavors would take a third of the suite's budget. Classic is the harder
-# case (its bridges move a dead consumer's messages between nodes); Artemis gets the single
-# crash tests in test_pipelines/test_reader_faults.
-@pytest.mark.flavors("classic")
 def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     spark: SparkSession, broker, tmp_path: Path
 ) -> None:
     seed = int(os.environ.get("CLUSTERMQ_KILL_SEED", str(time.time_ns() % 100_000)))
     rng = random.Random(seed)
     queue = f"test.delta.kills.{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
     broker.produce(queue, MESSAGES, size=256)
+    produced_s = time.monotonic() - started
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
     base = ["--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
             "--checkpoint", str(checkpoint), "--option", "replayTimeout=3000", *RESTART_IDLE_OPTION]
@@ -85,10 +83,26 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
         moments.append(f"+{delay:.2f}s after {after} "
                        f"(last commit: batch {max(batch_files(checkpoint, 'commits'), default=-1)})")
 
-    proc = start_job("queue_to_delta.py",
-                     [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "20000"],
-                     env, log)
+    kills_s = time.monotonic() - started - produced_s
+    drain = [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "20000"]
+    proc = start_job("queue_to_delta.py", drain, env, log)
     assert finish(proc, 600, log) == 0, f"seed {seed}:\n{tail(log)}"
+    stranded = {name: d for name, d in broker.settled_depths(queue).items() if d}
+    if stranded and broker.flavor == "artemis":
+        # Artemis 2.40 can keep one delivered, unacknowledged message of a failed connection
+        # counted on its node and give it to no consumer (docs/broker-behaviour.md, "A message
+        # stranded after a killed driver"): at most one per killed connection, and a restart of
+        # its node returns it. Exactly that is required here, then every message once.
+        assert sum(stranded.values()) <= KILLS * len(stranded), (stranded, seed)
+        names = [n.name for n in broker.cluster.nodes()]
+        for name in stranded:
+            i = names.index(name)
+            broker.cluster.kill_node(i, signal.SIGTERM)
+            broker.cluster.start_node(i)
+        print(f"\n[{broker.flavor}] seed {seed}: {stranded} stranded by the broker after the "
+              f"drain; node restarted, drained again")
+        proc = start_job("queue_to_delta.py", drain, env, log)
+        assert finish(proc, 600, log) == 0, f"seed {seed}:\n{tail(log)}"
 
     rows = spark.read.format("delta").load(str(table))
     counts = rows.agg(
@@ -101,7 +115,14 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     context = f"seed {seed}, kills at {moments}"
     assert (counts["rows"], counts["ids"]) == (MESSAGES, MESSAGES), (counts, context)
     assert (counts["lo"], counts["hi"]) == (0, MESSAGES - 1), (counts, context)
-    if broker.flavor == "classic":
+    if broker.flavor == "classic":  # Artemis gives a message it moves a new message-id (README)
         assert counts["message_ids"] == MESSAGES, (counts, context)
     depths = broker.settled_depths(queue)
     assert all(d == 0 for d in depths.values()), (depths, context)
+    caught = [tuple(map(int, m)) for m in re.findall(
+        r"^batch \d+: \d+ rows read, (\d+) duplicates within the batch, (\d+) already in the table",
+        log.read_text(errors="replace"), re.M)]
+    print(f"\n[{broker.flavor}] seed {seed}: {MESSAGES} messages produced in {produced_s:.0f} s, "
+          f"{KILLS} kills in {kills_s:.0f} s, drained in {time.monotonic() - started - produced_s - kills_s:.0f} s; "
+          f"the sink skipped {sum(d for d, _ in caught)} duplicates within batches and "
+          f"{sum(a for _, a in caught)} rows already in the table; kills at {moments}")

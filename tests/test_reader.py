@@ -1,18 +1,31 @@
-"""The streaming reader against a live 3-node Classic cluster and a real local Spark."""
+"""The streaming reader against a live 3-node cluster (each flavor) and a real local Spark."""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from tcpproxy import TcpProxy
+from test_reader_faults import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+#: What a failed Classic network bridge can send a second time: the messages it had in flight,
+#: at most its prefetch (a networkConnector's ``prefetchSize``, 1000 by default, which
+#: conf/classic/network-connector.xml.tmpl leaves). Artemis's cluster bridges re-send with
+#: duplicate detection (``use-duplicate-detection`` in conf/artemis/cluster-connection.xml.tmpl),
+#: and nothing else in the competing-consumer test gives a delivered message back: no copy there.
+BRIDGE_COPIES = {"classic": 1000, "artemis": 0}
 
 
 def new_queue(tag: str) -> str:
@@ -21,17 +34,23 @@ def new_queue(tag: str) -> str:
 
 def drain(
     spark: SparkSession, options: dict[str, str], work: Path, timeout: float = 300.0,
-    during_first_batch: Callable[[], object] | None = None,
+    on_batch: Callable[[DataFrame, int], object] | None = None,
 ) -> tuple[DataFrame, list[dict]]:
-    """Trigger.AvailableNow into Parquet; every row tagged with its batch and Spark partition."""
+    """Trigger.AvailableNow into Parquet; every row tagged with its batch, its Spark partition
+    and ``row``, its position in the sink (``monotonically_increasing_id``: the partition in the
+    high bits, the row's place in what the partition's task emitted below them), so that order
+    is checked as the sink received it, not by a number the connector assigned.
+    ``on_batch(batch, batch_id)`` runs after each batch is written, before it commits."""
     out = work / "out"
     df = spark.readStream.format("clustermq").options(**options).load()
     df = df.withColumn("partition", F.spark_partition_id())
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        batch.withColumn("batch_id", F.lit(batch_id)).write.mode("append").parquet(str(out))
-        if batch_id == 0 and during_first_batch is not None:
-            during_first_batch()
+        (batch.withColumn("batch_id", F.lit(batch_id))
+         .withColumn("row", F.monotonically_increasing_id())
+         .write.mode("append").parquet(str(out)))
+        if on_batch is not None:
+            on_batch(batch, batch_id)
 
     query = (
         df.writeStream.foreachBatch(write_batch)
@@ -55,6 +74,73 @@ def loadgen_ids(rows: DataFrame) -> list[int]:
     return [int(r[0]) for r in rows.select(F.col("headers")["loadgen_id"]).collect()]
 
 
+def assert_each_delivery_emitted_once(rows: DataFrame) -> dict[str, int]:
+    """Every delivery the run received became exactly one row: per node, the rows' offsets are
+    0, 1, ..., n-1 (a fresh checkpoint starts every node at 0, and a batch is a contiguous range
+    of each node's delivery counter). A row emitted twice repeats an offset; a delivery lost
+    between planning and the sink leaves a gap. Returns the rows per node."""
+    per_node: dict[str, list[int]] = {}
+    for r in rows.select("node", "sequence").collect():
+        per_node.setdefault(r["node"], []).append(r["sequence"])
+    for node, offsets in per_node.items():
+        offsets.sort()
+        twice = sorted({o for a, o in zip(offsets, offsets[1:]) if a == o})
+        gaps = sorted(set(range(len(offsets))) - set(offsets))
+        assert not twice and not gaps, (
+            f"node {node}: {len(offsets)} rows, offsets emitted twice {twice[:10]}, "
+            f"missing {gaps[:10]}")
+    return {node: len(offsets) for node, offsets in per_node.items()}
+
+
+def total_depth_reaching(broker, queue: str, expected: int, timeout: float = 15.0) -> int:
+    """The queue's depth over all nodes once it equals ``expected`` (ACK frames are
+    asynchronous), or the last value read when it does not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        depth = sum(d or 0 for d in broker.depths(queue).values())
+        if depth == expected or time.monotonic() > deadline:
+            return depth
+        time.sleep(0.2)
+
+
+@contextmanager
+def python_stderr_to(spark: SparkSession, path: Path) -> Iterator[Path]:
+    """What the Python processes Spark starts meanwhile write to stderr, copied into ``path``.
+
+    The reader lives in a Python process the JVM starts for each query (the streaming source
+    runner); the JVM copies that process's output to its ``System.err`` as it was when the
+    process started, the suite's terminal. Pointing ``System.err`` at a file while a query
+    starts gives the test the reader's own log; the file is closed (and ``System.err`` given
+    back) on exit, so the query must be stopped inside the block.
+    """
+    system = spark._jvm.java.lang.System  # type: ignore[union-attr]
+    previous = system.err
+    stream = spark._jvm.java.io.PrintStream(  # type: ignore[union-attr]
+        spark._jvm.java.io.FileOutputStream(str(path), True), True)  # type: ignore[union-attr]
+    system.setErr(stream)
+    try:
+        yield path
+    finally:
+        system.setErr(previous)
+        stream.close()
+
+
+def start_collecting(
+    spark: SparkSession, options: dict[str, str], work: Path, collected: list[Row]
+) -> StreamingQuery:
+    """A ``processingTime`` query that appends ``(id, node, sequence)`` of every row to
+    ``collected`` (in the test's process: foreachBatch runs there), for tests that poll."""
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        collected.extend(batch.select(F.col("headers")["loadgen_id"].cast("int").alias("id"),
+                                      "node", "sequence").collect())
+
+    return (spark.readStream.format("clustermq").options(**options).load()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(processingTime="200 milliseconds").start())
+
+
 def test_available_now_drains_grouped_backlog(spark: SparkSession, broker, tmp_path: Path) -> None:
     """The issue's acceptance run: 20,000 messages, 100 groups, maxMessagesPerTrigger=3000."""
     queue = new_queue("drain")
@@ -65,6 +151,7 @@ def test_available_now_drains_grouped_backlog(spark: SparkSession, broker, tmp_p
     assert rows.count() == 20_000
     assert rows.select("message_id").distinct().count() == 20_000
     assert sorted(loadgen_ids(rows)) == list(range(20_000))
+    assert sum(assert_each_delivery_emitted_once(rows).values()) == 20_000
     # admission control: no batch above the limit, and at least 7 batches for 20,000
     sizes = [p["numInputRows"] for p in progress]
     assert max(sizes) <= 3000 and sum(sizes) == 20_000 and len(sizes) >= 7
@@ -74,16 +161,20 @@ def test_available_now_drains_grouped_backlog(spark: SparkSession, broker, tmp_p
         .where("n > 1").count()
     )
     assert split == 0
-    # each group came from one node, in producer order within its node
+    # each group came from one node, and reached the sink in producer order: by batch, then
+    # by the row's position in its partition's output (one partition per group and batch)
     for r in rows.groupBy("group_id").agg(F.countDistinct("node").alias("n")).collect():
         assert r["n"] == 1
     ordered = rows.select(
-        "group_id", "batch_id", "sequence", F.col("headers")["loadgen_group_seq"].cast("int").alias("pos")
-    ).orderBy("batch_id", "sequence").collect()
+        "group_id", "batch_id", "row", F.col("headers")["loadgen_group_seq"].cast("int").alias("pos")
+    ).orderBy("batch_id", "row").collect()
     last: dict[str, int] = {}
     for r in ordered:
-        assert r["pos"] > last.get(r["group_id"], -1), f"group {r['group_id']} out of order"
+        assert r["pos"] > last.get(r["group_id"], -1), (
+            f"group {r['group_id']}: producer position {r['pos']} reached the sink after "
+            f"{last[r['group_id']]} (batch {r['batch_id']})")
         last[r["group_id"]] = r["pos"]
+    assert len(last) == 100 and all(pos == 199 for pos in last.values()), last
     # schema as documented; columns filled
     first = rows.where("group_id is not null").first()
     assert first["destination"] == broker.destination(queue)
@@ -105,9 +196,14 @@ def test_available_now_recounts_the_queue_before_it_ends(
     """
     queue = new_queue("recount")
     broker.produce(queue, 900)
+
+    def produce_more(batch: DataFrame, batch_id: int) -> None:
+        if batch_id == 0:
+            broker.produce(queue, 150, first_id=900)
+
     rows, progress = drain(
         spark, broker.reader_options(queue, maxMessagesPerTrigger=300), tmp_path,
-        during_first_batch=lambda: broker.produce(queue, 150, first_id=900),
+        on_batch=produce_more,
     )
     assert sorted(loadgen_ids(rows)) == list(range(1050))
     assert sum(p["numInputRows"] for p in progress) == 1050
@@ -120,11 +216,14 @@ def test_available_now_ends_soon_when_competing_consumers_emptied_the_queue(
     """A backlog that other consumers took is not waited for: the run ends once two depth
     probes find the queue empty, long before ``availableNowIdleTimeout`` (120 s here).
 
-    Every message is read by the reader or by the competitor. A message may be read twice only
-    as a broker's copy with the same ``message_id``: a Classic network bridge that fails while
-    forwarding sends again what it had not seen acknowledged (docs/broker-behaviour.md, "Copies made by
-    a failed bridge"); seen in the full suite, where earlier fault tests leave bridges to be
-    rebuilt.
+    Every message is read by the reader or by the competitor. The reader emits each delivery
+    once (its offsets per node are 0..n-1, no repeat). A message may be read twice only as a
+    broker's copy: a second delivery with the same ``message_id``, which on Classic a network
+    bridge that fails while forwarding makes of what it had not seen acknowledged
+    (docs/broker-behaviour.md, "Copies made by a failed bridge"; seen in the full suite, where
+    earlier fault tests leave bridges to be rebuilt). So no message is delivered more than
+    twice, and there are at most as many copies as a bridge holds in flight
+    (``BRIDGE_COPIES``): none on Artemis.
     """
     from clustermq.devtools.bench.raw import Taken, raw_drain
 
@@ -133,13 +232,16 @@ def test_available_now_ends_soon_when_competing_consumers_emptied_the_queue(
     broker.produce(queue, total)
     taken: list[Taken] = []
 
-    def competitor() -> None:  # takes what the reader has not prefetched (200 per node)
-        taken.extend(raw_drain(broker.connection(queue), total, idle_timeout_s=3.0,
-                               key_header="loadgen_id").taken)
+    def competitor(batch: DataFrame, batch_id: int) -> None:
+        # takes what the reader has not prefetched (200 per node)
+        if batch_id == 0:
+            taken.extend(raw_drain(broker.connection(queue), total, idle_timeout_s=3.0,
+                                   key_header="loadgen_id").taken)
 
     rows, _ = drain(spark, broker.reader_options(queue, maxMessagesPerTrigger=100,
                                                  availableNowIdleTimeout=120_000),
-                    tmp_path, timeout=60, during_first_batch=competitor)
+                    tmp_path, timeout=60, on_batch=competitor)
+    assert_each_delivery_emitted_once(rows)
     ours = [(int(r["headers"]["loadgen_id"]), r["message_id"], r["redelivered"], "reader")
             for r in rows.select("headers", "message_id", "redelivered").collect()]
     theirs = [(int(t.key or -1), t.message_id, t.redelivered, "competitor") for t in taken]
@@ -150,8 +252,11 @@ def test_available_now_ends_soon_when_competing_consumers_emptied_the_queue(
     missing = sorted(set(range(total)) - set(deliveries))
     assert not missing and len(deliveries) == total, (len(missing), missing[:20])
     copies = {i: d for i, d in deliveries.items() if len(d) > 1}
+    print(f"[{broker.flavor}] reader {len(ours)}, competitor {len(theirs)}, "
+          f"read twice {len(copies)}: {dict(list(copies.items())[:10])}")
     assert all(len({m for _, m, _, _ in d}) == 1 for d in copies.values()), copies
-    print(f"reader {len(ours)}, competitor {len(theirs)}, read twice {len(copies)}: {copies}")
+    assert all(len(d) == 2 for d in copies.values()), copies
+    assert len(copies) <= BRIDGE_COPIES[broker.flavor], copies
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
@@ -220,65 +325,205 @@ def test_progress_reports_the_lag_per_node(spark: SparkSession, broker, tmp_path
 def test_a_node_delivers_a_full_batch_between_two_acknowledgements(
     spark: SparkSession, broker, tmp_path: Path
 ) -> None:
-    """The brokers deliver up to the prefetch while the reader holds its ACK until the commit.
+    """After an ACK a node delivers the room it freed before the next ACK, not a page or two
+    (Classic's slow mode with the default ``maxPageSize`` of 200, docs/broker-behaviour.md,
+    "The queue's page size").
 
-    A slow first batch leaves time for every node to deliver its whole backlog; some batch must
-    take more than two of Classic's default 200-message pages per node (Artemis: more than its
-    default 10 KiB window would allow). A guard, not a reproduction of the slow mode in
-    docs/broker-behaviour.md ("The queue's page size"): with page size 200 it passed too, in 3 runs.
+    Each node may hold ``prefetchPerNode`` = 1,000 unacknowledged messages (on Artemis the byte
+    window sized from it; 1,000-byte bodies make that about as many messages), the backlog is
+    twice that per node, batches have no limit and each sleeps 1 s, so a batch takes everything
+    delivered since the last one was planned. The reader acknowledges batch b-1 when it plans
+    batch b, so what a node contributes to batch b >= 2 is exactly what it delivered between
+    two ACKs after the first. A node's window is full before the first ACK, then each ACK frees
+    what the node gave the batch before last: its shares alternate k, 1,000 - k. A node with
+    2,000 or more to deliver (one at least: 6,000 over 3 nodes) therefore gives some batch
+    after the first ACK at least 500: more than two 200-message pages, which the slow mode
+    would not deliver between two ACKs. (Per node, not per batch: a Classic network moves a
+    node's backlog to the others' stores, so the nodes' shares differ from run to run.)
     """
     queue = new_queue("pages")
-    total = 4500
+    prefetch, nodes = 1000, len(broker.cluster.nodes())
+    total = 2 * prefetch * nodes
+    broker.produce(queue, total, size=1000)
+
+    def slow(batch: DataFrame, batch_id: int) -> None:
+        time.sleep(1.0)  # the slow sink is the condition under test, not a synchronisation
+
+    rows, _ = drain(spark, broker.reader_options(queue, prefetchPerNode=prefetch), tmp_path,
+                    on_batch=slow)
+    assert sorted(loadgen_ids(rows)) == list(range(total))
+    assert_each_delivery_emitted_once(rows)
+    shares: dict[int, dict[str, int]] = {}
+    for r in rows.groupBy("batch_id", "node").count().collect():
+        shares.setdefault(r["batch_id"], {})[r["node"]] = r["count"]
+    shares = dict(sorted(shares.items()))
+    print(f"[{broker.flavor}] per batch and node: {shares}")
+    pages = 2 * 200
+    between_acks = [n for b, per_node in shares.items() if b >= 2 for n in per_node.values()]
+    assert between_acks and max(between_acks) > pages, (
+        f"{shares}: between two ACKs no node delivered more than {pages} messages")
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_client_individual_acknowledges_exactly_the_committed_messages(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """``ackMode=client-individual``: one ACK per message, each after its batch committed.
+
+    While batch k runs, batches 0..k-1 are committed and acknowledged (when batch k was
+    planned), batch k and what is prefetched are not: the queue's depth over the nodes (which
+    counts delivered, unacknowledged messages) must then be the total minus the rows of
+    batches 0..k-1, exactly. A cumulative ACK sent in this mode acknowledges one message and
+    leaves the depth too high; an ACK before the commit makes it too low.
+    """
+    queue = new_queue("individual")
+    total = 1200
     broker.produce(queue, total)
-    out = tmp_path / "out"
     sizes: list[int] = []
+    depths: list[tuple[int, int, int]] = []  # (batch id, expected depth, depth found)
 
-    def slow_first_batch(batch: DataFrame, batch_id: int) -> None:
-        batch.write.mode("append").parquet(str(out))
+    def check_depth(batch: DataFrame, batch_id: int) -> None:
+        expected = total - sum(sizes)
         sizes.append(batch.count())
-        if len(sizes) == 1:
-            time.sleep(5.0)  # the slow sink is the fault under test, not a synchronisation
+        depths.append((batch_id, expected, total_depth_reaching(broker, queue, expected)))
+        # fail the query at once (its error names this) rather than leave it waiting for
+        # messages a wrong ACK left queued
+        assert depths[-1][2] == expected, f"depth while batch {batch_id} ran: {depths}"
 
-    query = (
-        spark.readStream.format("clustermq")
-        .options(**broker.reader_options(queue, maxMessagesPerTrigger=total))
-        .load().writeStream.foreachBatch(slow_first_batch)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True).start()
-    )
-    assert query.awaitTermination(300), "AvailableNow query did not finish"
-    assert query.exception() is None, query.exception()
-    assert sum(sizes) == total, sizes
-    assert sorted(loadgen_ids(spark.read.parquet(str(out)))) == list(range(total))
-    pages = 2 * 200 * len(broker.cluster.nodes())
-    assert max(sizes) > pages, (
-        f"batches {sizes}: after a 5 s first batch no batch took more than {pages} messages")
+    rows, progress = drain(
+        spark, broker.reader_options(queue, maxMessagesPerTrigger=300, ackMode="client-individual"),
+        tmp_path, timeout=120, on_batch=check_depth)
+    print(f"[{broker.flavor}] batches {sizes}, depth while each ran {depths}")
+    assert sorted(loadgen_ids(rows)) == list(range(total))
+    assert_each_delivery_emitted_once(rows)
+    assert sum(sizes) == total and len(sizes) >= 4 and max(sizes) <= 300, sizes
+    assert all(expected == found for _, expected, found in depths), depths
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
 def test_group_to_partition_is_stable_across_runs(spark: SparkSession, broker, tmp_path: Path) -> None:
+    """Each group in exactly one partition in a run, the same one in the next run: counted as
+    distinct (group, partition) pairs, so a group split over two partitions shows."""
     queue = new_queue("stable")
-    placements: list[dict[str, int]] = []
+    placements: list[set[tuple[str, int]]] = []
     for run in range(2):
         broker.produce(queue, 900, groups=30, prefix="cust-")
         rows, _ = drain(spark, broker.reader_options(queue, numPartitions=4), tmp_path / f"run{run}")
-        placement = {r["group_id"]: r["partition"] for r in rows.select("group_id", "partition").distinct().collect()}
-        assert len(placement) == 30  # one partition per group
-        placements.append(placement)
+        assert rows.count() == 900
+        pairs = {(r["group_id"], r["partition"])
+                 for r in rows.select("group_id", "partition").distinct().collect()}
+        assert len({g for g, _ in pairs}) == 30 and len(pairs) == 30, sorted(pairs)
+        placements.append(pairs)
     assert placements[0] == placements[1]
-    assert len(set(placements[0].values())) > 1  # groups do spread
+    assert len({p for _, p in placements[0]}) > 1  # groups do spread
 
 
-def test_unreachable_node_is_reported_and_others_keep_working(
-    spark: SparkSession, broker, tmp_path: Path, free_port: int
+def test_unreachable_node_is_reported_others_keep_working_and_it_is_back_within_the_back_off(
+    spark: SparkSession, broker, tmp_path: Path
 ) -> None:
+    """A node refusing connections from the start (node 1 behind a TCP proxy that closes every
+    connection) is reported in the reader's log (a WARNING naming it and the cause, then one per
+    failed attempt with the back-off, and one when it is back) and in the progress (its lag
+    has no backlog, nothing read); the other nodes are read meanwhile. Once the node accepts
+    again, the reader's next attempt comes within ``maxReconnectDelay`` (plus a second's slack
+    for a loaded machine), and it reads from the node again.
+    """
     queue = new_queue("deadnode")
-    broker.produce(queue, 300)
-    options = broker.reader_options(queue, initialReconnectDelay=100, maxReconnectDelay=500)
-    options["brokers"] = options["brokers"] + f",127.0.0.1:{free_port}"
-    rows, _ = drain(spark, options, tmp_path)
-    assert sorted(loadgen_ids(rows)) == list(range(300))
-    assert f"127.0.0.1:{free_port}" not in {r["node"] for r in rows.select("node").distinct().collect()}
+    nodes = broker.cluster.nodes()
+    max_delay_s = 0.5
+    collected: list[Row] = []
+    retry = f"still unreachable, next attempt in <= {max_delay_s:.1f} s"
+    with TcpProxy(nodes[1].host, nodes[1].port) as proxy:
+        proxy.drop()
+        options = broker.reader_options(queue, initialReconnectDelay=100,
+                                        maxReconnectDelay=int(max_delay_s * 1000))
+        options["brokers"] = ",".join([nodes[0].name, proxy.address, nodes[2].name])
+        broker.produce(queue, 300, nodes=[0, 2])
+        with python_stderr_to(spark, tmp_path / "reader.log") as log:
+            query = start_collecting(spark, options, tmp_path, collected)
+            try:
+                wait_for(lambda: len({r["id"] for r in collected}) >= 300, 120,
+                         "the 300 messages of the reachable nodes")
+                assert {r["node"] for r in collected} <= {nodes[0].name, nodes[2].name}
+
+                def lag() -> list[dict]:
+                    return [json.loads(p["sources"][0]["latestOffset"])
+                            for p in query.recentProgress if p["sources"][0]["latestOffset"]]
+
+                # a batch's progress record comes after its sink has the rows
+                wait_for(lambda: any(record[nodes[0].name]["offset"] + record[nodes[2].name]["offset"]
+                                     >= 300 for record in lag()), 60, "the progress of the last batch")
+                assert all(record[proxy.address] == {"offset": 0, "buffered": 0, "acknowledged": 0}
+                           for record in lag()), lag()
+                # Six failed retries take 2.2 s with the cap (0.1 + 0.2 + 0.4 + 3 x 0.5), and
+                # the next delay would be 6.4 s without it, which the bound below would catch.
+                wait_for(lambda: log.read_text(errors="replace").count(retry) >= 6, 30,
+                         "six failed reconnect attempts in the reader's log")
+                refused = proxy.refused
+                proxy.resume()
+                resumed = time.monotonic()
+                wait_for(lambda: proxy.accepted > 0, 30, "a connection to the node that is back",
+                         interval=0.02)
+                back_after = time.monotonic() - resumed
+                broker.produce(queue, 300, first_id=300, nodes=[1])
+                wait_for(lambda: {r["id"] for r in collected} >= set(range(600)), 120,
+                         "every message, also those produced to the node that came back")
+                wait_for(lambda: all(d == 0 for d in broker.depths(queue).values()), 60,
+                         "an empty queue")
+                assert query.exception() is None, query.exception()
+            finally:
+                query.stop()
+        text = log.read_text(errors="replace")
+    print(f"[{broker.flavor}] {refused} refused attempts while down; a connection {back_after:.2f} s "
+          f"after the node was back; {sum(r['node'] == proxy.address for r in collected)} rows from it")
+    assert {r["id"] for r in collected} == set(range(600))
+    assert len({(r["node"], r["sequence"]) for r in collected}) == len(collected)  # emitted once
+    assert any(r["node"] == proxy.address for r in collected), "nothing read from the node once back"
+    assert f"broker node {proxy.address}: " in text and "reconnecting in the background" in text, text
+    assert text.count(f"node {proxy.address} {retry}") >= 6 and refused >= 6, (refused, text[-2000:])
+    assert f"reconnected to node {proxy.address}" in text, text[-2000:]
+    assert not any(f"node {n.name} still unreachable" in text for n in (nodes[0], nodes[2]))
+    assert back_after <= max_delay_s + 1.0, f"reconnected {back_after:.2f} s after the node was back"
+
+
+def test_a_running_query_fails_once_no_node_was_reachable_for_no_node_timeout(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """Every node behind a TCP proxy; once the query has read, all proxies close their
+    connections and refuse new ones. The query fails with ``NoNodeReachable`` naming the option
+    and every node, not before ``noNodeTimeout`` (2 s here) and within a few seconds after it
+    (the check runs on every trigger, 200 ms apart plus the 0.2 s an empty trigger waits)."""
+    queue = new_queue("nonode")
+    timeout_s = 2.0
+    proxies = [TcpProxy(n.host, n.port) for n in broker.cluster.nodes()]
+    collected: list[Row] = []
+    try:
+        options = broker.reader_options(queue, noNodeTimeout=int(timeout_s * 1000),
+                                        initialReconnectDelay=100, maxReconnectDelay=500)
+        options["brokers"] = ",".join(p.address for p in proxies)
+        broker.produce(queue, 300)
+        query = start_collecting(spark, options, tmp_path, collected)
+        try:
+            wait_for(lambda: len(collected) >= 300, 120, "the 300 messages")
+            wait_for(lambda: all(d == 0 for d in broker.depths(queue).values()), 60, "an empty queue")
+            for proxy in proxies:
+                proxy.drop()
+            cut = time.monotonic()
+            with pytest.raises(StreamingQueryException) as err:
+                query.awaitTermination(60)
+            failed_after = time.monotonic() - cut
+        finally:
+            query.stop()
+    finally:
+        for proxy in proxies:
+            proxy.close()
+    text = str(err.value)
+    print(f"[{broker.flavor}] failed {failed_after:.2f} s after the last node went away")
+    assert "no broker node reachable for 2 s (option noNodeTimeout)" in text, text[:2000]
+    assert all(p.address in text for p in proxies), text[:2000]
+    assert options["password"] not in text
+    assert sorted(r["id"] for r in collected) == list(range(300))
+    assert timeout_s <= failed_after <= timeout_s + 3.0, failed_after
 
 
 def test_no_reachable_node_fails_with_a_clear_error(spark: SparkSession, free_port: int, tmp_path: Path) -> None:

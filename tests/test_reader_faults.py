@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import signal
@@ -9,9 +11,12 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -38,12 +43,79 @@ RESTART_IDLE_OPTION = ["--option", "availableNowIdleTimeout=30000"]
 
 def acknowledged_in_log(text: str) -> int:
     """Messages the reader says it acknowledged (consumer.py logs every ACK round at INFO)."""
-    return sum(int(n) for n in re.findall(r"clustermq: acknowledged (\d+) messages", text))
+    return sum(n for n, _ in acknowledgements(text))
+
+
+def batch_end_offsets(checkpoint: Path) -> dict[int, dict[str, int]]:
+    """Each planned batch's end offsets per node: the source's line of ``offsets/<batch>``
+    (a version line, the batch metadata, then one line per source)."""
+    offsets = checkpoint / "offsets"
+    return {int(p.name): json.loads(p.read_text().splitlines()[2])
+            for p in offsets.iterdir() if p.name.isdigit()} if offsets.exists() else {}
+
+
+def sink_batch_ids(out: Path) -> dict[int, set[int]]:
+    """``loadgen_id`` of the rows of each batch the file sink committed (its ``_spark_metadata``
+    log names each batch's files)."""
+    meta = out / "_spark_metadata"
+    batches: dict[int, set[int]] = {}
+    for entry in meta.iterdir() if meta.exists() else []:
+        if not entry.name.isdigit():
+            continue
+        ids: set[int] = set()
+        for line in entry.read_text().splitlines()[1:]:
+            path = json.loads(line)["path"].removeprefix("file://")
+            ids |= {int(dict(h)["loadgen_id"]) for h in pq.read_table(path, columns=["headers"])
+                    .column("headers").to_pylist()}
+        batches[int(entry.name)] = ids
+    return batches
+
+
+def acknowledgements(text: str) -> list[tuple[int, dict[str, int]]]:
+    """The reader's ACK rounds in order: messages acknowledged, and the offsets up to which."""
+    return [(int(n), ast.literal_eval(upto)) for n, upto in
+            re.findall(r"clustermq: acknowledged (\d+) messages up to (\{[^}]*\})", text)]
 
 
 def connector_lines(text: str, last: int) -> str:
     """The driver log's last ``last`` lines from the connector (logs.py), for a failure message."""
     return "\n".join([line for line in text.splitlines() if "clustermq" in line][-last:])
+
+
+def dead_letters(broker) -> str:
+    """The dead-letter queue of the local clusters (conf/classic, conf/artemis)."""
+    return "ActiveMQ.DLQ" if broker.flavor == "classic" else "DLQ"
+
+
+def artemis_queue_state(broker, queue: str) -> dict[str, dict[str, object]]:
+    """Per node, Artemis's own counters of ``queue``, for a failure message: a message counted
+    in ``messageCount`` but neither scheduled nor in ``deliveringCount`` while consumers are
+    attached is held outside the queue's delivery (docs/broker-behaviour.md)."""
+    import dataclasses
+
+    from clustermq.broker.connection import close_connection, open_connection
+    from clustermq.broker.dialect.artemis import _management_request
+    from clustermq.broker.listener import Inbox
+    from clustermq.broker.request import Requester
+
+    attributes = ("messageCount", "deliveringCount", "scheduledCount", "consumerCount",
+                  "messagesAdded", "messagesAcknowledged")
+    state: dict[str, dict[str, object]] = {}
+    for node in broker.cluster.nodes():
+        options = dataclasses.replace(broker.connection(queue), nodes=(node,), heartbeat_ms=0)
+        try:
+            inbox = Inbox()
+            conn, _ = open_connection(node, options, inbox, "clustermq-state")
+            try:
+                requests = Requester(conn, inbox, time.monotonic() + 10)
+                answers = [_management_request(requests, f"queue.{queue}", a) for a in attributes]
+                state[node.name] = ({a: value for a, (_, value) in zip(attributes, answers)}
+                                    if answers[0][0] else {"queue": "not on this node"})
+            finally:
+                close_connection(conn)
+        except Exception as exc:  # a diagnostic must not hide the failure it explains
+            state[node.name] = {"error": str(exc)}
+    return state
 
 
 def committed_batches(checkpoint: Path) -> int:
@@ -71,6 +143,19 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+class Row(NamedTuple):
+    i: int
+    node: str
+    redelivered: bool
+    message_id: str
+
+
+def rows_in(spark: SparkSession, out: Path) -> list[Row]:
+    """Every row the sink committed: the producer's id and where and how it was delivered."""
+    return [Row(*r) for r in spark.read.parquet(str(out)).select(
+        F.col("headers")["loadgen_id"].cast("int"), "node", "redelivered", "message_id").collect()]
+
+
 def ids_in(spark: SparkSession, out: Path) -> list[int]:
     rows = spark.read.parquet(str(out)).select(F.col("headers")["loadgen_id"].cast("int")).collect()
     return [r[0] for r in rows]
@@ -79,28 +164,59 @@ def ids_in(spark: SparkSession, out: Path) -> list[int]:
 def test_killed_driver_loses_nothing_and_acks_only_committed(
     spark: SparkSession, broker, tmp_path: Path
 ) -> None:
+    """SIGKILL at the sharpest moment: the sink has committed a batch, Spark's commit log not.
+
+    The restart replays nothing into the sink (the file sink skips a batch id it already holds,
+    and the reader is not even asked for its partitions), so that batch's messages, never
+    acknowledged, come again and are written in a later batch: exactly the rows of the batches
+    the killed run wrote and did not acknowledge reach the sink twice.
+    """
     queue = f"test.kill.{uuid.uuid4().hex[:8]}"
     total = 6000
     broker.produce(queue, total)
     out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
 
     proc = start_driver(broker, queue, out, checkpoint, "processingTime=200 milliseconds", log)
+    batch = 2  # kill once the sink has committed this batch and Spark's commit log has not
     try:
-        wait_for(lambda: committed_batches(checkpoint) >= 3 or proc.poll() is not None, 180,
-                 "three committed batches")
-        assert proc.poll() is None, log.read_text()[-3000:]
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline and batch < 9:
+            if (checkpoint / "commits" / str(batch)).exists():
+                batch += 1  # that moment was missed: the next batch's
+            elif (out / "_spark_metadata" / str(batch)).exists():
+                break
+            time.sleep(0.001)
+        # (batch 9's sink log is a compaction of all before it: per-batch ids end there)
+        assert proc.poll() is None and time.monotonic() < deadline and batch < 9, \
+            f"batch {batch}: " + log.read_text()[-3000:]
     finally:
         kill_group(proc)
+    in_window = not (checkpoint / "commits" / str(batch)).exists()
 
-    # Only messages of committed batches may have been acknowledged. The broker's count is an
-    # upper bound only: a Classic copy made while the dead consumer's messages move between
-    # nodes adds one to the depth (5,601 settled for 5,600 in a CI run), so that the committed
-    # batches' ACKs are shown by the reader's log instead.
-    committed_rows = len(ids_in(spark, out))
+    # The reader acknowledges a batch when Spark asks for the next one (latestOffset): its last
+    # ACK line names the end offsets of a committed batch (``acked``, the last or the one before),
+    # each message acknowledged once; the sink's batches after it are written, not acknowledged.
+    committed = committed_batches(checkpoint)
+    ends = batch_end_offsets(checkpoint)
+    acks = acknowledgements(log.read_text())
+    assert acks, connector_lines(log.read_text(), 20)
+    logged = sum(n for n, _ in acks)
+    acked = max([b for b, end in ends.items() if end == acks[-1][1]], default=-1)
+    assert acked in (committed - 1, committed - 2), (acks[-1], committed, ends)
+    assert logged == sum(ends[acked].values()), (logged, acks)
+    written = sink_batch_ids(out)
+    unacknowledged = {i for b, ids in written.items() if b > acked for i in ids}
+    assert max(written) == batch and len(unacknowledged) > 0, (sorted(written), acked)
+    # The brokers' side: every row of the acknowledged batches acknowledged, none of the rest.
+    # A Classic copy made while the dead consumer's messages move between nodes adds one to
+    # the depth (5,601 settled for 5,600 in a CI run): one less acknowledged, never one more.
     remaining = sum(d or 0 for d in broker.settled_depths(queue).values())
     acknowledged = total - remaining
-    assert acknowledged <= committed_rows, (acknowledged, committed_rows)
-    assert 0 < acknowledged_in_log(log.read_text()) <= committed_rows, connector_lines(log.read_text(), 20)
+    print(f"\n[{broker.flavor}] killed {'between' if in_window else 'after'} the sink's and "
+          f"Spark's commit of batch {batch}: {sum(map(len, written.values()))} rows written, "
+          f"{logged} acknowledged by the reader's log, {acknowledged} by the brokers' depth")
+    copy_allowance = 1 if broker.flavor == "classic" else 0
+    assert logged - copy_allowance <= acknowledged <= logged, (acknowledged, logged)
 
     proc = start_driver(broker, queue, out, checkpoint, "availableNow", log)
     try:
@@ -114,27 +230,39 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
     if missing:
         raise AssertionError(
             f"missing {len(missing)} (e.g. {sorted(missing)[:5]}); depths now "
-            f"{broker.settled_depths(queue)}, dead letters {broker.depths('ActiveMQ.DLQ')}; "
-            "driver log:\n" + connector_lines(log.read_text(), 40))
-    # Duplicates come only from redelivery, as the README says a sink can find them. Classic:
-    # the copy is flagged ``redelivered``. Artemis does not flag all of them: of 400 written
-    # twice in one measured run, 132 were flagged, 237 came again from the same node with the
-    # same message_id and no flag (found by ``--dedupe all``), 31 were moved to another node
-    # with a new message_id (found by a producer id, here ``loadgen_id``).
+            f"{broker.settled_depths(queue)}, dead letters {broker.depths(dead_letters(broker))}"
+            + (f", queue state {artemis_queue_state(broker, queue)}" if broker.flavor == "artemis" else "")
+            + "; driver log:\n" + connector_lines(log.read_text(), 40))
     copies: dict[int, list[tuple[bool, str, str]]] = {}
     for r in spark.read.parquet(str(out)).select(
             F.col("headers")["loadgen_id"].cast("int").alias("i"), "redelivered", "node",
             "message_id").collect():
         copies.setdefault(r["i"], []).append((r["redelivered"], r["node"], r["message_id"]))
+    duplicated = {i: c for i, c in copies.items() if len(c) > 1}
+    print(f"[{broker.flavor}] {len(ids)} rows, {len(duplicated)} ids written twice of "
+          f"{len(unacknowledged)} written and not acknowledged "
+          f"({sum(any(f for f, _, _ in c) for c in duplicated.values())} with a copy flagged "
+          f"redelivered, {sum(len({m for _, _, m in c}) == 1 for c in duplicated.values())} "
+          "with one message_id)")
+    # Exactly the rows written and not acknowledged reach the sink twice, each once more; a
+    # row emitted twice by one run, or an acknowledged one redelivered, would show here.
+    assert set(duplicated) == unacknowledged, (sorted(set(duplicated) ^ unacknowledged)[:20])
+    assert all(len(c) == 2 for c in duplicated.values()), {i: c for i, c in duplicated.items() if len(c) > 2}
 
     def explained(c: list[tuple[bool, str, str]]) -> bool:
-        if any(flag for flag, _, _ in c):
-            return True
+        """README, "A crashed driver loses nothing": Classic flags the copy and keeps the
+        message_id (400 of 400 in three runs). Artemis does not flag all of them: of 400
+        written twice, 135-267 were flagged and 266-370 came again with the same message_id in
+        four runs; the rest were moved to another node with a new message_id (found by
+        ``loadgen_id``)."""
+        flagged = any(flag for flag, _, _ in c)
         same_message = len({m for _, _, m in c}) == 1
+        if broker.flavor == "classic":
+            return flagged and same_message
         moved = len({node for _, node, _ in c}) > 1
-        return broker.flavor == "artemis" and (same_message or moved)
+        return flagged or same_message or moved
 
-    unexplained = {i: c for i, c in copies.items() if len(c) > 1 and not explained(c)}
+    unexplained = {i: c for i, c in duplicated.items() if not explained(c)}
     assert not unexplained, (len(unexplained), list(unexplained.items())[:5])
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
@@ -153,20 +281,39 @@ def test_node_killed_and_restarted_mid_stream_loses_nothing(
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="200 milliseconds").start()
     )
+    nodes = [n.name for n in broker.cluster.nodes()]
     victim = 1
+    outage = range(3000, 5000)  # the load generator sends id i to nodes[0, 2][i % 2]
     try:
         broker.produce(queue, 3000, first_id=0)
         wait_for(lambda: out.exists() and committed_batches(checkpoint) >= 2, 120, "first batches")
         broker.cluster.kill_node(victim)
-        # the others keep working while the node is down
         broker.produce(queue, 2000, first_id=3000, nodes=[0, 2])
-        # Classic: all of them. Artemis: the survivors can route a message to the dead node's
-        # store-and-forward queue before they notice it is gone (ON_DEMAND keeps its remote
-        # binding until then; a clean-clone CI run waited 120 s for the last ones); those arrive
-        # after the restart, which the final check below requires. Half proves the rest work.
-        wanted = 2000 if broker.flavor == "classic" else 1000
-        wait_for(lambda: len(set(ids_in(spark, out)) & set(range(3000, 5000))) >= wanted, 120,
-                 f"{wanted} of the messages produced while a node was down")
+
+        def outage_arrivals() -> tuple[Counter[str], Counter[str]]:
+            """Of the messages produced while the node is down: how many arrived per node
+            they were sent to, and per node they were read from."""
+            rows = [r for r in rows_in(spark, out) if r.i in outage]
+            sent = Counter(nodes[0] if r.i % 2 == 0 else nodes[2] for r in {r.i: r for r in rows}.values())
+            return sent, Counter(r.node for r in rows)
+
+        # Classic: every one of them, while the node is down. Artemis: each survivor keeps
+        # routing a share of its new messages to the dead node's store-and-forward queue until
+        # it notices the node is gone (ON_DEMAND keeps the remote binding meanwhile; a clean-clone
+        # CI run waited 120 s for the last ones), and those arrive after the restart, which the
+        # final check below requires. Round-robin over three bindings leaves each survivor
+        # two thirds of its own: at least half of each one's messages must arrive, read there.
+        share = len(outage) // 2
+        wanted = share if broker.flavor == "classic" else share // 2
+
+        def each_survivor_delivers() -> bool:
+            sent, read = outage_arrivals()
+            return all(sent[nodes[i]] >= wanted and read[nodes[i]] > 0 for i in (0, 2))
+
+        wait_for(each_survivor_delivers, 120, f"{wanted} of each survivor's messages while a node was down")
+        sent, read = outage_arrivals()
+        print(f"\n[{broker.flavor}] while node {victim} was down: arrived per node sent to "
+              f"{dict(sent)}, per node read from {dict(read)}")
         assert query.isActive and query.exception() is None
         broker.cluster.start_node(victim)
         broker.produce(queue, 1000, first_id=5000)
@@ -176,5 +323,28 @@ def test_node_killed_and_restarted_mid_stream_loses_nothing(
         wait_for(lambda: all(d == 0 for d in broker.depths(queue).values()), 60, "empty queue")
     finally:
         query.stop()
-    ids = ids_in(spark, out)
-    assert set(ids) == set(range(6000))
+    rows = rows_in(spark, out)
+    assert {r.i for r in rows} == set(range(6000))
+    copies: dict[int, list[Row]] = {}
+    for r in rows:
+        copies.setdefault(r.i, []).append(r)
+    duplicated = {i: c for i, c in copies.items() if len(c) > 1}
+    same_id = sum(len({r.message_id for r in c}) == 1 for c in duplicated.values())
+    flagged = sum(any(r.redelivered for r in c) for c in duplicated.values())
+    print(f"[{broker.flavor}] {len(rows)} rows, {len(duplicated)} ids twice ({same_id} with one "
+          f"message_id, {flagged} with a copy flagged redelivered)")
+    # README, "A dead node does not stop the query": the planned messages of the broken
+    # connection are emitted and redelivered once the node is back. So a duplicate is one of the
+    # victim's: at most its share of the batch whose ACK was due and of the planned one, each
+    # read twice, one copy from the victim. Measured: 100 (Artemis) and 150 (Classic) of a
+    # 300-message batch. Classic redelivers with the same message_id; Artemis too, or with a
+    # new one after moving it. The restarted broker does not flag them: Classic forgets the
+    # flag without persistJMSRedelivered, Artemis did not set it (0 of 100 in four runs).
+    assert len(duplicated) <= 2 * 300, len(duplicated)
+    assert all(len(c) == 2 and nodes[victim] in {r.node for r in c} for c in duplicated.values()), \
+        [(i, c) for i, c in duplicated.items() if len(c) != 2 or nodes[victim] not in {r.node for r in c}][:5]
+    if broker.flavor == "classic":
+        assert same_id == len(duplicated), [c for c in duplicated.values() if len({r.message_id for r in c}) > 1][:5]
+    else:
+        assert all(len({r.message_id for r in c}) == 1 or len({r.node for r in c}) > 1
+                   for c in duplicated.values())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -24,11 +25,12 @@ from pyspark.sql import functions as F
 
 from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
-from clustermq.write.headers import staging_queue
+from clustermq.write.headers import STAGING_PREFIX, staging_queue
 from clustermq.write.layout import InputLayout
 from clustermq.write.staging import StagedTask, move_job
 from clustermq.write.task import TaskIdentity, write_task
 from test_reader import drain, new_queue
+from test_reader_faults import kill_group, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -47,6 +49,32 @@ def read_back(spark: SparkSession, broker, queue: str, work: Path) -> tuple[Data
     return drain(spark, broker.reader_options(queue), work)
 
 
+def read_back_in_arrival_order(spark: SparkSession, broker, queue: str, work: Path) -> DataFrame:
+    """Drain a queue recording where each row landed in the sink: ``batch_id`` and ``position``.
+
+    ``position`` is ``monotonically_increasing_id()`` taken on the micro-batch as the reader's
+    partitions hand it over (partition index in the upper bits, row index within the partition
+    in the lower 33), so it is the order the connector emitted the rows in, which its own
+    ``sequence`` column is not evidence of.
+    """
+    out = work / "out"
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        (batch.withColumn("batch_id", F.lit(batch_id))
+         .withColumn("position", F.monotonically_increasing_id())
+         .write.mode("append").parquet(str(out)))
+
+    query = (spark.readStream.format("clustermq").options(**broker.reader_options(queue)).load()
+             .writeStream.foreachBatch(write_batch)
+             .option("checkpointLocation", str(work / "checkpoint"))
+             .trigger(availableNow=True).start())
+    if not query.awaitTermination(300):
+        query.stop()
+        raise AssertionError("AvailableNow query did not finish in 300 s")
+    assert query.exception() is None, query.exception()
+    return spark.read.parquet(str(out))
+
+
 def names(broker) -> list[str]:
     return [n.name for n in broker.cluster.nodes()]
 
@@ -58,6 +86,57 @@ def group_node_counts(broker, counts: Counter) -> dict[str, int]:
     for group, count in counts.items():
         expected[nodes[bucket_for_group(group, len(nodes))]] += count
     return expected
+
+
+def staging_queues(broker, queue: str) -> dict[str, dict[str, int]]:
+    """Every staging queue of ``queue`` that each node holds, with its depth.
+
+    A failed batch job's id is drawn inside Spark, so its staging queues are found by listing:
+    Classic's statistics plugin answers a wildcard destination with one map per matching queue;
+    Artemis lists its queue names (an emptied staging queue may be deleted at once, which is
+    empty too).
+    """
+    from clustermq.broker.connection import close_connection, open_connection
+    from clustermq.broker.depth import _probe_options
+    from clustermq.broker.dialect import detect_dialect
+    from clustermq.broker.dialect.artemis import _management_request
+    from clustermq.broker.dialect.classic import (
+        END_WITH_NULL,
+        STATS_DESTINATION_PREFIX,
+        TRANSFORMATION,
+        _parse_map,
+    )
+    from clustermq.broker.frames import body_text
+    from clustermq.broker.listener import Inbox
+    from clustermq.broker.request import Requester
+
+    prefix = f"{STAGING_PREFIX}.{queue}."
+    username, password = broker.cluster.credentials
+    found: dict[str, dict[str, int]] = {}
+    for node in broker.cluster.nodes():
+        inbox = Inbox()
+        conn, connected = open_connection(node, _probe_options(node, queue, username, password, 10.0),
+                                          inbox, "staging-list")
+        try:
+            requests = Requester(conn, inbox, time.monotonic() + 10.0)
+            dialect = detect_dialect(connected.get("server"))
+            if dialect.name == "classic":
+                reply_to = f"/temp-queue/staging-list-{uuid.uuid4().hex}"
+                requests.subscribe(reply_to, "list", {"transformation": TRANSFORMATION})
+                requests.send(f"{STATS_DESTINATION_PREFIX}{prefix}>",
+                              {"reply-to": reply_to, END_WITH_NULL: "true", "persistent": "false"})
+                depths = {}
+                while stats := _parse_map(body_text(requests.reply("statistics", lambda f: True))):
+                    depths[stats["destinationName"].removeprefix("queue://")] = int(stats["size"])
+            else:
+                ok, listed = _management_request(requests, "broker", "queueNames")
+                assert ok and isinstance(listed, list), listed
+                depths = {name: dialect.queue_depth(requests, name)
+                          for name in listed if name.startswith(prefix)}
+            found[node.name] = depths
+        finally:
+            close_connection(conn)
+    return found
 
 
 # --------------------------------------------------------------------------- round trip
@@ -78,9 +157,9 @@ def test_round_trip_keeps_ids_groups_nodes_and_order(spark: SparkSession, broker
     per_group = Counter(f"g{i % groups}" for i in range(n))
     assert dict(broker.depths(queue)) == group_node_counts(broker, per_group)  # before reading
 
-    rows, _ = read_back(spark, broker, queue, tmp_path)
+    rows = read_back_in_arrival_order(spark, broker, queue, tmp_path)
     got = rows.select(
-        "node", "group_id", "batch_id", "sequence", "message_id", "body",
+        "node", "group_id", "batch_id", "position", "message_id", "body",
         F.col("headers")["row"].cast("long").alias("row"),
         F.col("headers")["clustermq_id"].alias("cid"),
         F.col("headers")["clustermq_job"].alias("job"),
@@ -102,10 +181,22 @@ def test_round_trip_keeps_ids_groups_nodes_and_order(spark: SparkSession, broker
     # Where the groups were written is checked by depth above. While reading, a Classic network
     # of brokers may forward a whole group over a bridge to a peer's consumer (the group sticks
     # to the bridge consumer), so the node a group is *read* from need not be its hash node.
+    # Order as the sink received it. Within a micro-batch a group is in one partition (the
+    # position's upper bits), so positions of one group compare rows of one partition.
+    partitions: dict[tuple[int, str], set[int]] = {}
+    for r in got:
+        partitions.setdefault((r["batch_id"], r["group_id"]), set()).add(r["position"] >> 33)
+    assert all(len(p) == 1 for p in partitions.values()), "a group split over partitions"
     last: dict[str, int] = {}
-    for r in sorted(got, key=lambda r: (r["batch_id"], r["sequence"])):
-        assert r["row"] > last.get(r["group_id"], -1), f"group {r['group_id']} out of order"
-        last[r["group_id"]] = r["row"]
+    behind = []
+    for r in sorted(got, key=lambda r: (r["batch_id"], r["position"])):
+        if r["row"] <= last.get(r["group_id"], -1):
+            behind.append((r["group_id"], r["row"], last[r["group_id"]]))
+        last[r["group_id"]] = max(r["row"], last.get(r["group_id"], -1))
+    assert not behind, f"{len(behind)} rows arrived after a later row of their group: {behind[:5]}"
+    batches = len({r["batch_id"] for r in got})
+    print(f"\n[{broker.flavor}] {n} rows of {groups} groups arrived in {batches} batches, "
+          f"every group in order")
     assert broker.wait_depth_zero(queue) == {name: 0 for name in nodes}
 
 
@@ -192,20 +283,25 @@ def test_load_balancing_policies_distribute_as_promised(spark: SparkSession, bro
 
 # --------------------------------------------------------------------------- failures
 def test_task_failing_midway_leaves_nothing_on_any_broker(spark: SparkSession, broker) -> None:
-    """A UDF raising on one row after the writer got 1,500 rows of its partition: Spark ends
-    the writer's input without an exception, the task's transaction commits into staging, the
-    job fails and nothing reaches the queue."""
+    """A UDF raising on row 3,500 of partition 2: its writer had received three 1,000-row Arrow
+    batches of over 64 KiB each (Spark's buffer), and Spark ends the writer's input there
+    without an exception, so the task commits them into staging (measured: 2,000 rows; with the
+    failure in a partition's first batches the writer gets ArrowInvalid instead and stages
+    nothing). The job fails and nothing reaches the queue. abort() empties the job's staging
+    queues on every node: partitions 0 and 1's 8,000 rows, and what the failed task commits
+    while Spark is already aborting (on Artemis it came seconds after abort() began)."""
     queue = new_queue("wfail")
+    pad = "." * 200
 
     @F.udf("string")
     def body(i: int) -> str:
-        if i == 5500:  # partition 2 holds 4000..5999: row 1500 of it
+        if i == 11_500:  # partition 2 holds 8,000..11,999: row 3,500 of it
             raise ValueError("injected failure on one row")
-        return f"m{i}"
+        return f"m{i}{pad}"
 
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
     try:
-        df = spark.range(0, 6000, 1, 3).select(
+        df = spark.range(0, 12_000, 1, 3).select(
             body("id").alias("body"), F.concat(F.lit("g"), (F.col("id") % 7).cast("string")).alias("group_id")
         )
         with pytest.raises(Exception) as err:
@@ -214,6 +310,13 @@ def test_task_failing_midway_leaves_nothing_on_any_broker(spark: SparkSession, b
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert "injected failure on one row" in str(err.value)
     assert dict(broker.depths(queue)) == {name: 0 for name in names(broker)}
+    staged = staging_queues(broker, queue)
+    assert all(d == 0 for depths in staged.values() for d in depths.values()), staged
+    if broker.flavor == "classic":  # Classic keeps an emptied queue: the job's are all listed
+        jobs = {name.split(".")[-2] for depths in staged.values() for name in depths}
+        assert len(jobs) == 1, staged
+        (job,) = jobs
+        assert all(staging_queue(queue, job, i) in staged[name] for i, name in enumerate(names(broker)))
 
 
 def test_null_body_fails_the_task_naming_partition_and_row(spark: SparkSession, broker) -> None:
@@ -316,7 +419,8 @@ def test_node_lost_mid_transaction_or_down_at_start_loses_nothing(
                              TaskIdentity(job, 0, 0, 0), arrow_batches(10, 100, kill_node0_after_three_batches))
         assert message.rows == 1000 and message.counts == {1: 1000}  # node 0's 300 re-sent
         assert nodes[0] in message.unavailable
-        moves = move_job(options, job, [StagedTask(message.task_tag, message.counts)], queue)
+        moves = move_job(options, job, [StagedTask(message.task_tag, message.counts)], queue,
+                         skip=message.unavailable)  # as the driver's commit does
         assert [(m.node, m.moved) for m in moves] == [(nodes[1], 1000)]
         depths = broker.depths(queue)
         assert depths[nodes[1]] == 1000 and depths[nodes[2]] == 0 and depths[nodes[0]] is None
@@ -335,6 +439,50 @@ def test_node_lost_mid_transaction_or_down_at_start_loses_nothing(
         if not cluster.is_running(0):
             cluster.start_node(0)
     assert broker.depths(queue)[nodes[0]] == 0  # the lost transaction never committed
+
+
+def test_a_losing_attempts_staging_on_a_node_without_winners_is_dropped_by_the_commit(broker) -> None:
+    """``random`` draws a node per task attempt, so a failed attempt can stage where no winning
+    attempt did. The commit moves the winner and drops the loser's messages on every node,
+    leaving every staging queue of the job empty."""
+    nodes = names(broker)
+    queue = new_queue("wloser")
+    options = first_node_options(broker, queue, loadBalancingPolicy="random")
+    layout = InputLayout(body="body", body_is_text=True)
+    job = uuid.uuid4().hex
+    winner = write_task(options, layout, TaskIdentity(job, 0, 0, 1), arrow_batches(3, 100))
+    (winner_node,) = winner.counts
+    losers = 0
+    while True:  # attempts drawing the winner's node are dropped there; draw until one is not
+        loser = write_task(options, layout, TaskIdentity(job, 0, 0, 0), arrow_batches(1, 100))
+        losers += 1
+        if winner_node not in loser.counts:
+            break
+    (loser_node,) = loser.counts
+    moves = move_job(options, job, [StagedTask(winner.task_tag, winner.counts)], queue)
+    assert sum(m.moved for m in moves) == 300
+    assert sum(m.dropped for m in moves) == 100 * losers, moves
+    assert dict(broker.depths(queue)) == {n: 300 if i == winner_node else 0 for i, n in enumerate(nodes)}
+    assert {n: broker.depths(staging_queue(queue, job, i))[n] for i, n in enumerate(nodes)} \
+        == {n: 0 for n in nodes}, f"the losing attempt's messages on {nodes[loser_node]} stayed staged"
+
+
+def move_kill_evidence(broker, queue: str, staging: str, staged: dict, queued: dict) -> str:
+    """Why node 0 showed no staged or no moved messages after its restart: every node's depths
+    of both queues then and over the next seconds (None: the node is down), and node 0's log."""
+    cluster = broker.cluster
+    lines = [f"after node 0's restart: staging {dict(staged)}, queue {dict(queued)}, running "
+             f"{[cluster.is_running(i) for i in range(len(cluster.nodes()))]}"]
+    started = time.monotonic()
+    while time.monotonic() - started < 15:
+        staged, queued = broker.depths(staging), broker.depths(queue)
+        lines.append(f"+{time.monotonic() - started:.1f} s: staging {dict(staged)}, queue {dict(queued)}")
+        if staged[names(broker)[0]] and queued[names(broker)[0]]:
+            break
+        time.sleep(0.5)
+    lines.append(f"staging queues listed per node: {staging_queues(broker, queue)}")
+    log = cluster.log_path(0).read_text(errors="replace").splitlines()
+    return "\n".join([*lines, f"node 0's log ({cluster.log_path(0)}), last 60 lines:", *log[-60:]])
 
 
 def test_node_killed_during_the_move_out_of_staging_loses_nothing(
@@ -388,10 +536,15 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
         if not cluster.is_running(0):
             cluster.start_node(0)
 
-    staged_left = broker.depths(staging_queue(queue, job, 0))[nodes[0]] or 0
-    in_queue = broker.depths(queue)[nodes[0]] or 0
-    assert staged_left > 0 and in_queue > 0, (staged_left, in_queue)
+    staging = staging_queue(queue, job, 0)
+    staged_depths, queue_depths = broker.depths(staging), broker.depths(queue)
+    staged_left, in_queue = staged_depths[nodes[0]], queue_depths[nodes[0]]
+    if not (staged_left and in_queue):
+        raise AssertionError(move_kill_evidence(broker, queue, staging, staged_depths, queue_depths))
     assert in_queue + staged_left >= total, (in_queue, staged_left)  # nothing lost by the crash
+    if broker.flavor == "classic":  # each move chunk is one transaction: moved or still staged
+        assert in_queue + staged_left == total, (in_queue, staged_left)
+    assert staging_queues(broker, queue)[nodes[0]] == {staging: staged_left}
 
     # Spark re-runs the failed batch: a new attempt of the same task, then the driver's move.
     second = write_task(options, layout, TaskIdentity(job, 0, 0, 1), arrow_batches(10, total // 10))
@@ -417,61 +570,171 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
 
 
 # --------------------------------------------------------------------------- streaming
-def run_stream_driver(broker, queue: str, work: Path, log: Path) -> dict:
+#: rows of the streaming test's last batch, the one whose move the driver's death interrupts
+MOVE_KILL_ROWS = 9_000
+#: the streaming test's retried batch job: its rows (3 partitions), their first ``n`` (above
+#: every streamed row), and the padding that makes its Arrow batches outgrow Spark's buffer
+RETRIED_ROWS, RETRIED_FIRST_N, RETRIED_PAD = 12_000, 1_000_000, 200
+
+
+def start_stream_driver(broker, queue: str, work: Path, log: Path, *extra: str) -> subprocess.Popen:
+    """The streaming driver in its own process group (driver, Spark JVM, Python workers)."""
     username, password = broker.cluster.credentials
     env = dict(os.environ, CLUSTERMQ_USERNAME=username, CLUSTERMQ_PASSWORD=password,
                PYSPARK_PYTHON=sys.executable)
     args = [sys.executable, str(DRIVER), "--brokers", broker.cluster.brokers, "--queue", queue,
             "--input", str(work / "in"), "--checkpoint", str(work / "checkpoint"),
-            "--fail-flag", str(work / "fail")]
-    with log.open("ab") as out:
-        done = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=out, timeout=240,
-                              start_new_session=True)
-    assert done.returncode == 0, log.read_text()[-3000:]
-    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+            "--fail-flag", str(work / "fail"), "--max-failures", "2", *extra]
+    with log.open("ab") as err, log.with_suffix(".out").open("ab") as out:
+        return subprocess.Popen(args, env=env, stdout=out, stderr=err, start_new_session=True)
 
 
-def test_streaming_writer_commits_per_batch_and_a_failed_batch_publishes_nothing(
+def run_stream_driver(broker, queue: str, work: Path, log: Path, *extra: str) -> dict:
+    """Run the driver to its end; its result is the last line it printed."""
+    proc = start_stream_driver(broker, queue, work, log, *extra)
+    try:
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    return json.loads(log.with_suffix(".out").read_text().strip().splitlines()[-1])
+
+
+def commit_line(text: str, what: str) -> str:
+    """The driver log's line for a committed job or batch (``job <id>``, ``query <id> batch <n>``)."""
+    lines = [line for line in text.splitlines() if f"clustermq: {what} committed" in line]
+    assert len(lines) == 1, f"{len(lines)} commit lines for {what}:\n{text[-3000:]}"
+    return lines[0]
+
+
+def dropped_in(line: str) -> int:
+    """Stale staged messages a commit dropped, summed over the nodes it names."""
+    return sum(int(n) for n in re.findall(r"(\d+) stale staged messages dropped", line))
+
+
+def query_staging(broker, queue: str, query: str) -> dict[str, int | None]:
+    """Depth of the query's staging queue on the node it belongs to (``n<i>`` lives on node i)."""
+    nodes = names(broker)
+    return {name: broker.depths(staging_queue(queue, query, i))[name] for i, name in enumerate(nodes)}
+
+
+def parquet_batch(spark: SparkSession, rows: list[tuple], folder: Path, name: str) -> None:
+    """One Parquet file in ``folder/in`` (one file per micro-batch, modification-time order)."""
+    spark.createDataFrame(rows, "n long, grp string, fail boolean").coalesce(1) \
+        .write.parquet(str(folder / f"tmp-{name}"))
+    (part,) = (folder / f"tmp-{name}").glob("part-*.parquet")
+    part.rename(folder / "in" / f"{name}.parquet")
+
+
+def test_streaming_writer_publishes_every_batch_once_through_failed_retried_and_killed_runs(
     spark: SparkSession, broker, tmp_path: Path
 ) -> None:
-    """Three files = three micro-batches; the third fails part-way in its first run (nothing
-    of it reaches the queue), then succeeds on restart with the same deterministic ids."""
+    """Writes through the faults Spark itself recovers from, in one driver process per run.
+
+    Run 1: a batch job of 12,000 rows whose task for partition 1 fails once after staging part of
+    its rows; Spark retries it (``local[2,2]``) and the commit moves the winning attempts'
+    messages only, dropping the failed attempt's. Then a stream, one micro-batch per file:
+    batches 0 and 1 commit, batch 2 fails part-way in both its attempts and publishes nothing.
+    Run 2: batch 2 commits; the driver's whole process group is SIGKILLed while batch 3's
+    messages move out of staging.
+    Run 3: restarted from the checkpoint, Spark re-runs batch 3 with the same ids.
+    In the end every row is in the queue; the only copies are of batch 3's part moved before
+    the kill (Classic: same ``clustermq_id`` and body; Artemis drops them by
+    ``_AMQ_DUPL_ID``); the staging queues of the batch job and of the query are empty on every
+    node.
+    """
     queue = new_queue("wstream")
+    nodes = names(broker)
     (tmp_path / "in").mkdir()
-    for f in range(3):  # one Parquet file per batch, in modification-time order
-        rows = [(f * 1000 + i, f"s{i % 9}", f == 2 and i == 700) for i in range(1000)]
-        spark.createDataFrame(rows, "n long, grp string, fail boolean").coalesce(1) \
-            .write.parquet(str(tmp_path / f"tmp{f}"))
-        (part,) = (tmp_path / f"tmp{f}").glob("part-*.parquet")
-        part.rename(tmp_path / "in" / f"f{f}.parquet")
+    sizes = [1000, 1000, 1000, MOVE_KILL_ROWS]
+    first_n = [sum(sizes[:b]) for b in range(len(sizes))]
+    for b, size in enumerate(sizes):
+        parquet_batch(spark, [(first_n[b] + i, f"s{i % 9}", b == 2 and i == 700) for i in range(size)],
+                      tmp_path, f"f{b}")
     (tmp_path / "fail").touch()
+    (tmp_path / "fail-once").touch()
     log = tmp_path / "driver.log"
 
-    first = run_stream_driver(broker, queue, tmp_path, log)
+    first = run_stream_driver(broker, queue, tmp_path, log, "--retried-write-rows", str(RETRIED_ROWS),
+                              "--retried-write-first-n", str(RETRIED_FIRST_N),
+                              "--retried-write-pad", str(RETRIED_PAD),
+                              "--fail-once-flag", str(tmp_path / "fail-once"))
+    text = log.read_text()
+    # the batch job: partition 1's first attempt failed after staging, its retry won
+    assert not (tmp_path / "fail-once").exists()
+    part = RETRIED_ROWS // 3
+    assert f"injected failure once at row {RETRIED_FIRST_N + 2 * part - 500}" in text
+    (job,) = re.findall(rf"clustermq: job (\w+) committed {RETRIED_ROWS} messages "
+                        rf"\({RETRIED_ROWS} rows, 3 tasks\)", text)
+    retried_drop = dropped_in(commit_line(text, f"job {job}"))
+    assert 0 < retried_drop < part, commit_line(text, f"job {job}")  # part of partition 1
+    assert {n: broker.depths(staging_queue(queue, job, i))[n] for i, n in enumerate(nodes)} \
+        == {n: 0 for n in nodes}
+    # the stream
     assert "injected failure at row 2700" in (first["error"] or "")
     query = first["query_id"]
-    assert sum(d or 0 for d in broker.depths(queue).values()) == 2000  # batches 0 and 1 only
-    text = log.read_text()
+    assert sum(d or 0 for d in broker.depths(queue).values()) == RETRIED_ROWS + 2000  # job, batches 0, 1
     for batch in (0, 1):
         assert f"clustermq: query {query} batch {batch} committed 1000 messages" in text
     assert "batch 2 aborted: nothing was published" in text
+    assert query_staging(broker, queue, query) == {n: 0 for n in nodes}
 
     (tmp_path / "fail").unlink()
-    second = run_stream_driver(broker, queue, tmp_path, log)
-    assert second == {"query_id": query, "error": None}
-    text = log.read_text()
-    assert f"clustermq: query {query} batch 2 committed 1000 messages" in text
-    line = next(l for l in text.splitlines() if f"query {query} batch 2 committed" in l)
-    assert all(f"{name}=" in line for name in names(broker))  # counts per node
+    base = RETRIED_ROWS + sum(sizes[:3])
+    offset = log.stat().st_size
+    proc = start_stream_driver(broker, queue, tmp_path, log)
+    try:
+        def batch3_moving() -> bool:
+            assert proc.poll() is None, f"run 2 ended by itself:\n{log.read_text()[-3000:]}"
+            return sum(d or 0 for d in broker.depths(queue, timeout=5).values()) > base
+
+        wait_for(batch3_moving, 240, "batch 3 moving into the queue", interval=0.05)
+    finally:
+        kill_group(proc)
+    run2 = log.read_text()[offset:]
+    assert "committed 1000 messages (1000 rows, 1 tasks)" in commit_line(run2, f"query {query} batch 2")
+    assert f"query {query} batch 3 committed" not in run2
+    settled = broker.settled_depths(queue)
+    moved = sum(d or 0 for d in settled.values()) - base
+    assert 0 < moved < MOVE_KILL_ROWS, f"the move was not caught midway ({moved}): {settled}"
+    staged = query_staging(broker, queue, query)
+    staged_left = sum(d or 0 for d in staged.values())
+    if broker.flavor == "classic":  # each move chunk is one transaction: in the queue or staged
+        assert moved + staged_left == MOVE_KILL_ROWS, (moved, staged)
+    else:  # a chunk's copies are sent before its staged messages are acknowledged
+        assert moved + staged_left >= MOVE_KILL_ROWS, (moved, staged)
+
+    offset = log.stat().st_size
+    third = run_stream_driver(broker, queue, tmp_path, log)
+    assert third == {"query_id": query, "error": None}
+    line = commit_line(log.read_text()[offset:], f"query {query} batch 3")
+    assert f"committed {MOVE_KILL_ROWS} messages ({MOVE_KILL_ROWS} rows, 1 tasks)" in line, line
+    assert all(f"{name}=" in line for name in nodes)  # counts per node
+    assert dropped_in(line) == staged_left, (line, staged)  # the killed run's staged messages
+    assert query_staging(broker, queue, query) == {n: 0 for n in nodes}
 
     rows, _ = read_back(spark, broker, queue, tmp_path / "read")
-    got = rows.select(F.col("headers")["n"].cast("long").alias("n"),
+    got = rows.select(F.col("headers")["n"].cast("long").alias("n"), F.col("body").cast("string").alias("body"),
                       F.col("headers")["clustermq_id"].alias("cid"), "group_id", "node").collect()
-    assert sorted(r["n"] for r in got) == list(range(3000))
-    ids = {r["n"]: r["cid"] for r in got}
-    for n in (0, 999, 1000, 2000, 2999):
-        assert ids[n] == f"{query}:{n // 1000}:0:{n % 1000}"
+    by_id: dict[str, set[tuple[int, str]]] = {}
+    for r in got:
+        by_id.setdefault(r["cid"], set()).add((r["n"], r["body"]))
+    expected = {f"{query}:{b}:0:{i}": (first_n[b] + i, f"msg-{first_n[b] + i}")
+                for b, size in enumerate(sizes) for i in range(size)}
+    expected.update({f"{job}:0:{p}:{i}": (n, f"msg-{n}{'.' * RETRIED_PAD}")
+                     for p in range(3) for i in range(part) for n in [RETRIED_FIRST_N + p * part + i]})
+    assert by_id == {cid: {row} for cid, row in expected.items()}  # every row; copies identical
+    copies = Counter(r["cid"].rsplit(":", 2)[0] for r in got) - Counter(c.rsplit(":", 2)[0] for c in expected)
+    if broker.flavor == "artemis":
+        assert not copies, f"copies the broker should have dropped by _AMQ_DUPL_ID: {copies}"
+    else:  # what the killed run had moved, once more
+        assert dict(copies) == {f"{query}:3": moved}, (dict(copies), moved)
     placement: dict[str, set[str]] = {}
     for r in got:
-        placement.setdefault(r["group_id"], set()).add(r["node"])
-    assert all(len(v) == 1 for v in placement.values())
+        if r["group_id"] is not None:
+            placement.setdefault(r["group_id"], set()).add(r["node"])
+    assert len(placement) == 9 and all(len(v) == 1 for v in placement.values()), placement
+    print(f"\n[{broker.flavor}] retried task: {retried_drop} messages of its failed attempt dropped; "
+          f"driver killed with {moved} of batch 3's {MOVE_KILL_ROWS} moved, {staged_left} staged; "
+          f"{sum(copies.values())} copies in the end")

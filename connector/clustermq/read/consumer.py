@@ -95,6 +95,7 @@ class ClusterConsumer:
             return None
         except NodeUnavailable as exc:
             sub.last_error = str(exc)
+            sub.lost_at = time.monotonic()  # so "reconnected after N s" counts from the start
             return str(exc)
 
     def stop(self) -> None:

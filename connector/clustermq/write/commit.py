@@ -42,8 +42,10 @@ def commit_job(options: WriteOptions, what: str, job_id: str,
     """Move the winning attempts' staged messages into the queue and report per node."""
     tasks = winners(messages)
     started = time.monotonic()
+    unreachable = {name for m in tasks for name in m.unavailable}
     results = move_job(
-        options, job_id, [StagedTask(m.task_tag, m.counts) for m in tasks], options.connection.queue
+        options, job_id, [StagedTask(m.task_tag, m.counts) for m in tasks], options.connection.queue,
+        skip=unreachable,
     )
     per_node = {r.node: r.moved for r in results}
     total = sum(per_node.values())
@@ -63,18 +65,46 @@ def commit_job(options: WriteOptions, what: str, job_id: str,
     return results
 
 
+#: abort() keeps dropping what the job's tasks stage until none came for this long. Spark calls
+#: abort() as soon as the job failed, while tasks it is cancelling may still be committing into
+#: staging: a sibling's whole partition, or the failed task's own rows when Spark ended its
+#: writer's input early (measured: without this loop 10,000 of 16,000 staged messages stayed,
+#: Artemis; with it, the last late ones came 5.1 s (Artemis) and 4.9 s (Classic) after abort()
+#: began, up to 3.9 s after the previous find).
+ABORT_QUIET_S = 5.0
+#: ... and stops after this long whatever still arrives (what comes later stays staged, invisible)
+ABORT_LIMIT_S = 60.0
+_ABORT_POLL_S = 0.5
+
+
 def abort_job(options: WriteOptions, what: str, job_id: str | None) -> None:
-    """Drop what the job staged (``job_id`` ``None``: no task reported, nothing to find)."""
+    """Drop what the job staged (``job_id`` ``None``: no task reported, nothing to find), also
+    what tasks still finishing stage during the next ``ABORT_QUIET_S`` seconds."""
     queue = options.connection.queue
     if job_id is None:
         report(f"{what} aborted: nothing was published to '{queue}'; no task reported staged "
                "messages (what a failed task may have staged is dropped by the query's next "
                "committed batch)", warning=True)
         return
-    results = purge_job(options, job_id, queue)
-    dropped = sum(r.dropped for r in results)
-    problems = [f"{r.node}: {r.error}" for r in results if r.error]
+    started = time.monotonic()
+    last_found = started
+    rounds: list[int] = []  # messages dropped per purge round
+    problems: dict[str, str] = {}
+    while True:
+        results = purge_job(options, job_id, queue)
+        rounds.append(sum(r.dropped for r in results))
+        problems.update({r.node: r.error for r in results if r.error})
+        now = time.monotonic()
+        if rounds[-1]:
+            last_found = now
+        if now - last_found >= ABORT_QUIET_S or now - started >= ABORT_LIMIT_S:
+            break
+        time.sleep(_ABORT_POLL_S)
+    dropped, late = sum(rounds), sum(rounds[1:])
     text = f"{what} aborted: nothing was published to '{queue}'; {dropped} staged messages dropped"
+    if late:
+        text += (f" ({late} of them staged by tasks still finishing, the last "
+                 f"{last_found - started:.1f} s after the abort began)")
     if problems:
-        text += "; " + "; ".join(problems)
+        text += "; " + "; ".join(f"{node}: {error}" for node, error in problems.items())
     report(text, warning=True)

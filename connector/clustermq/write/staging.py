@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,9 +267,13 @@ class _Mover:
 
 
 def move_job(
-    options: WriteOptions, job_id: str, tasks: Iterable[StagedTask], default_queue: str
+    options: WriteOptions, job_id: str, tasks: Iterable[StagedTask], default_queue: str,
+    skip: Collection[str] = (),
 ) -> list[NodeMove]:
-    """Move the winners' staged messages into their queues, one thread per node.
+    """Move the winners' staged messages into their queues, one thread per node, and drop what
+    losing attempts staged on the other nodes (``random`` draws a node per attempt, a failover
+    moves one); ``skip`` names nodes not to sweep (unreachable to the tasks). A swept node is
+    in the result only when something was dropped there or it could not be asked.
 
     Raises :class:`MoveError` naming every node that failed, after all nodes finished: a node
     that failed leaves its remaining messages staged (not visible); the other nodes' moves are
@@ -287,9 +291,12 @@ def move_job(
     movers = {
         i: _Mover(options, i, staging_queue(default_queue, job_id, i), default_queue) for i in expected
     }
-    with ThreadPoolExecutor(max_workers=len(movers), thread_name_prefix="clustermq-move") as pool:
+    idle = [i for i, n in enumerate(options.connection.nodes) if i not in expected and n.name not in skip]
+    with ThreadPoolExecutor(max_workers=len(movers) + len(idle), thread_name_prefix="clustermq-move") as pool:
         futures = {i: pool.submit(m.run, expected[i], frozenset(winners[i])) for i, m in movers.items()}
+        sweeps = [pool.submit(_purge_node, options, job_id, default_queue, i) for i in idle]
         results = [futures[i].result() for i in sorted(futures)]
+        swept = [f.result() for f in sweeps]
     failed = [r for r in results if r.error]
     if failed:
         raise MoveError(
@@ -298,25 +305,29 @@ def move_job(
             + ". Messages already moved on the other nodes stay in the queue; the rest stay in "
             f"the staging queues {STAGING_PREFIX}.{default_queue}.{job_id}.n<i>"
         )
-    return results
+    for r in swept:  # best effort: a node that cannot be asked does not fail the commit
+        if r.error:
+            r.notes.append(f"left-overs not checked ({r.error})")
+            r.error = None
+    return results + [r for r in swept if r.dropped or r.notes]
+
+
+def _purge_node(options: WriteOptions, job_id: str, default_queue: str, index: int) -> NodeMove:
+    """Drop everything in the job's staging queue on node ``index``; never raises."""
+    node = options.connection.nodes[index]
+    staging = staging_queue(default_queue, job_id, index)
+    username, password = options.connection.login
+    try:
+        depth = queue_depth(node, staging, username, password, timeout=options.connection.connect_timeout_s)
+    except Exception as exc:
+        return NodeMove(node.name, error=f"not purged ({exc})")
+    if not depth:
+        return NodeMove(node.name)
+    return _Mover(options, index, staging, default_queue).drop(depth)
 
 
 def purge_job(options: WriteOptions, job_id: str, default_queue: str) -> list[NodeMove]:
     """Drop everything staged by a job on every node (``abort``); best effort, never raises."""
-    username, password = options.connection.login
-
-    def purge(index: int) -> NodeMove:
-        node = options.connection.nodes[index]
-        staging = staging_queue(default_queue, job_id, index)
-        try:
-            depth = queue_depth(node, staging, username, password,
-                                timeout=options.connection.connect_timeout_s)
-        except Exception as exc:
-            return NodeMove(node.name, error=f"not purged ({exc})")
-        if not depth:
-            return NodeMove(node.name)
-        return _Mover(options, index, staging, default_queue).drop(depth)
-
     nodes = range(len(options.connection.nodes))
     with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="clustermq-purge") as pool:
-        return list(pool.map(purge, nodes))
+        return list(pool.map(lambda i: _purge_node(options, job_id, default_queue, i), nodes))
