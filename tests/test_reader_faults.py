@@ -233,6 +233,28 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
             f"{broker.settled_depths(queue)}, dead letters {broker.depths(dead_letters(broker))}"
             + (f", queue state {artemis_queue_state(broker, queue)}" if broker.flavor == "artemis" else "")
             + "; driver log:\n" + connector_lines(log.read_text(), 40))
+    not_again = unacknowledged - {i for i, n in Counter(ids).items() if n > 1}
+    if not_again and broker.flavor == "artemis":
+        # Artemis 2.40 can keep one delivered, unacknowledged message of a failed connection
+        # counted on its node and give it to no consumer (docs/broker-behaviour.md, "A message
+        # stranded after a killed driver"): at most one per killed consumer connection, still
+        # counted, and a restart of its node returns it. Exactly that is required, then the
+        # accounting below as for every other run.
+        stranded = {name: d for name, d in broker.settled_depths(queue).items() if d}
+        print(f"[{broker.flavor}] {sorted(not_again)} not redelivered after the restart; "
+              f"still counted {stranded}: restarting those nodes and draining again")
+        assert len(not_again) <= len(broker.cluster.nodes()), sorted(not_again)[:20]
+        assert sum(stranded.values()) == len(not_again), (stranded, sorted(not_again))
+        names = [n.name for n in broker.cluster.nodes()]
+        for name in stranded:
+            broker.cluster.kill_node(names.index(name), signal.SIGTERM)
+            broker.cluster.start_node(names.index(name))
+        proc = start_driver(broker, queue, out, checkpoint, "availableNow", log)
+        try:
+            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
     copies: dict[int, list[tuple[bool, str, str]]] = {}
     for r in spark.read.parquet(str(out)).select(
             F.col("headers")["loadgen_id"].cast("int").alias("i"), "redelivered", "node",
