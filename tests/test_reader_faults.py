@@ -218,13 +218,15 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
     copy_allowance = 1 if broker.flavor == "classic" else 0
     assert logged - copy_allowance <= acknowledged <= logged, (acknowledged, logged)
 
-    proc = start_driver(broker, queue, out, checkpoint, "availableNow", log)
-    try:
-        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            kill_group(proc)
+    def drain() -> None:
+        proc = start_driver(broker, queue, out, checkpoint, "availableNow", log)
+        try:
+            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
 
+    drain()
     ids = ids_in(spark, out)
     missing = set(range(total)) - set(ids)
     if missing:
@@ -240,21 +242,12 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
         # stranded after a killed driver"): at most one per killed consumer connection, still
         # counted, and a restart of its node returns it. Exactly that is required, then the
         # accounting below as for every other run.
-        stranded = {name: d for name, d in broker.settled_depths(queue).items() if d}
+        stranded = broker.restart_nodes_holding(queue)
         print(f"[{broker.flavor}] {sorted(not_again)} not redelivered after the restart; "
-              f"still counted {stranded}: restarting those nodes and draining again")
+              f"still counted {stranded}: those nodes restarted, draining again")
         assert len(not_again) <= len(broker.cluster.nodes()), sorted(not_again)[:20]
         assert sum(stranded.values()) == len(not_again), (stranded, sorted(not_again))
-        names = [n.name for n in broker.cluster.nodes()]
-        for name in stranded:
-            broker.cluster.kill_node(names.index(name), signal.SIGTERM)
-            broker.cluster.start_node(names.index(name))
-        proc = start_driver(broker, queue, out, checkpoint, "availableNow", log)
-        try:
-            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                kill_group(proc)
+        drain()
     copies: dict[int, list[tuple[bool, str, str]]] = {}
     for r in spark.read.parquet(str(out)).select(
             F.col("headers")["loadgen_id"].cast("int").alias("i"), "redelivered", "node",
