@@ -50,6 +50,29 @@ class Requester:
         """Send a request (an empty body; the headers are the question)."""
         self.conn.send(destination, "", headers=dict(headers))
 
+    def send_text(self, destination: str, headers: Mapping[str, str], body: str) -> None:
+        """Send a request whose body the broker must read as text: no ``content-length``."""
+        auto = self.conn.auto_content_length
+        self.conn.auto_content_length = False
+        try:
+            self.conn.send(destination, body, headers=dict(headers))
+        finally:
+            self.conn.auto_content_length = auto
+
+    def replies_until_quiet(self, quiet_s: float, accept: Callable[[Any], bool]) -> list[Any]:
+        """Every delivery ``accept`` takes until none came for ``quiet_s`` (or the deadline)."""
+        frames = []
+        while self.remaining() > 0:
+            try:
+                frame = self.inbox.next(min(quiet_s, self.remaining()))
+            except LinkLost as exc:
+                raise self._failure(exc, "replies") from None
+            if frame is None:
+                break
+            if accept(frame):
+                frames.append(frame)
+        return frames
+
     def reply(self, waiting_for: str, accept: Callable[[Any], bool]) -> Any:
         """The next delivery ``accept`` takes; ``DepthError`` at the deadline or on a loss."""
         while True:

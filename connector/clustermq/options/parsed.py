@@ -11,6 +11,7 @@ from clustermq.options.table import (
     ACK_MODE,
     AVAILABLE_NOW_IDLE_TIMEOUT,
     BROWSE_IDLE_TIMEOUT,
+    DISCOVERY,
     HEADERS_FROM_COLUMNS,
     LOAD_BALANCING_POLICY,
     MAX_BYTES_PER_TRIGGER,
@@ -42,6 +43,7 @@ class ReadOptions:
     replay_timeout_s: float
     mode: str
     browse_idle_timeout_s: float
+    discovery: str = "none"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -62,6 +64,7 @@ class ReadOptions:
             replay_timeout_s=REPLAY_TIMEOUT.seconds(raw),
             mode=MODE.read(raw),
             browse_idle_timeout_s=BROWSE_IDLE_TIMEOUT.seconds(raw),
+            discovery=DISCOVERY.read(raw),
         )
 
 
@@ -74,6 +77,7 @@ class WriteOptions:
     persistent: bool
     headers_from_columns: bool
     receipt_timeout_s: float
+    discovery: str = "none"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -88,4 +92,5 @@ class WriteOptions:
             persistent=PERSISTENT.read(raw),
             headers_from_columns=HEADERS_FROM_COLUMNS.read(raw),
             receipt_timeout_s=receipt_timeout_s,
+            discovery=DISCOVERY.read(raw),
         )

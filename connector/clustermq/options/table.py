@@ -76,13 +76,15 @@ RECEIPT_TIMEOUT = Millis("receiptTimeout", default=60000, minimum=1, applies_to=
 MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", meaning="Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node) without consuming it; ActiveMQ Classic only. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`spark_jobs/export_backlog.py --mode drain`).")
 BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Batch read: milliseconds a node's browse may go without a message before the read fails.")
 
+DISCOVERY = Choice("discovery", default="none", allowed=("none", "cluster"), meaning="`none`: `brokers` lists every node. `cluster`: `brokers` names one or a few seed nodes; the connector asks the first that answers for the cluster's members (Classic: statistics plugin and network-bridge advisories; Artemis: `listNetworkTopology` on the management address) and takes each peer's STOMP port to be its cluster port plus the seed's offset between the two (see Cluster membership). A streaming read asks again every few seconds and subscribes to nodes that joined; a write asks once when it starts.")
+
 OPTIONS: tuple[Option[Any], ...] = (
     BROKERS, QUEUE, FLAVOR, USERNAME, PASSWORD, NUM_PARTITIONS, MAX_MESSAGES_PER_TRIGGER,
     MAX_BYTES_PER_TRIGGER, PREFETCH_PER_NODE, GROUP_ID_HEADER, ACK_MODE, INITIAL_RECONNECT_DELAY,
     MAX_RECONNECT_DELAY, USE_EXPONENTIAL_BACK_OFF, BACK_OFF_MULTIPLIER, SSL_CA_FILE, SSL_CERT_FILE,
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
-    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT,
+    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}

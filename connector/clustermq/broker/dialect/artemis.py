@@ -115,19 +115,58 @@ class ArtemisDialect(BrokerDialect):
         raise DepthError(f"management request for queue.{queue} messageCount failed: {result}")
 
 
-def _management_request(requests: Requester, resource: str, attribute: str) -> tuple[bool, object]:
-    """Read one management attribute; return (succeeded, the decoded JSON result)."""
+    def cluster_members(self, requests: Requester) -> tuple[int, list[tuple[str, int]]]:
+        """The broker's ``listNetworkTopology``: every live node as ``host:port`` of its cluster
+        connector, and the broker's own ``nodeID`` to tell itself apart (measured on 2.40.0:
+        ``[{"nodeID": ..., "live": "127.0.0.1:39855", "primary": ...}, ...]``)."""
+        ok, own = _management_request(requests, "broker", "nodeID")
+        if not ok:
+            raise DepthError(f"management request for the broker's nodeID failed: {own}")
+        ok, listed = _management_request(requests, "broker", "listNetworkTopology", operation=True)
+        if not ok:
+            raise DepthError(f"listNetworkTopology failed: {listed}")
+        try:
+            members = json.loads(listed) if isinstance(listed, str) else listed
+            own_port = None
+            peers = []
+            for member in members:  # type: ignore[union-attr]
+                host, _, port = str(member["live"]).rpartition(":")
+                if member.get("nodeID") == own:
+                    own_port = int(port)
+                else:
+                    peers.append((host, int(port)))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise DepthError(f"unexpected listNetworkTopology reply ({exc}): {listed!r}") from None
+        if own_port is None:
+            raise DepthError(f"listNetworkTopology does not list the broker itself: {listed!r}")
+        return own_port, peers
+
+
+def _management_request(
+    requests: Requester, resource: str, name: str, operation: bool = False
+) -> tuple[bool, object]:
+    """Read one management attribute or call an operation without arguments; return
+    (succeeded, the decoded JSON result).
+
+    An operation's arguments are a JSON array in a *text* body: a STOMP frame with a
+    ``content-length`` header arrives as a bytes message, which the broker cannot read
+    (ERROR AMQ339011), so the request goes without one.
+    """
     token = uuid.uuid4().hex
     reply_to = f"clustermq.depth.{token}"
     sub_id = f"depth-{token}"
     requests.subscribe(reply_to, sub_id, {"destination-type": "MULTICAST"})
-    requests.send(MANAGEMENT_ADDRESS, {
+    headers = {
         "_AMQ_ResourceName": resource,
-        "_AMQ_Attribute": attribute,
+        "_AMQ_OperationName" if operation else "_AMQ_Attribute": name,
         "reply-to": reply_to,
         "persistent": "false",
-    })
-    frame = requests.reply(f"management reply for {resource} {attribute}",
+    }
+    if operation:
+        requests.send_text(MANAGEMENT_ADDRESS, headers, "[]")
+    else:
+        requests.send(MANAGEMENT_ADDRESS, headers)
+    frame = requests.reply(f"management reply for {resource} {name}",
                            lambda f: f.headers.get("subscription") == sub_id)
     requests.unsubscribe(sub_id)
     body = body_text(frame)

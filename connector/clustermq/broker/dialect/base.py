@@ -109,5 +109,13 @@ class BrokerDialect:
         """
         raise NotImplementedError(f"{self.product}: no queue depth over STOMP")
 
+    def cluster_members(self, requests: Requester) -> tuple[int, list[tuple[str, int]]]:
+        """What the node ``requests`` is connected to publishes about its cluster: its own
+        cluster (inter-broker) port, and the cluster ``(host, port)`` of each peer it knows.
+
+        Raises :class:`~clustermq.errors.DepthError` when the node cannot tell.
+        """
+        raise NotImplementedError(f"{self.product}: no cluster membership over STOMP")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -22,6 +22,7 @@ message per matching destination. Facts the depth probe relies on (measured on 5
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -37,6 +38,12 @@ from clustermq.errors import DepthError
 STATS_DESTINATION_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
 END_WITH_NULL = "ActiveMQ.Statistics.Destination.List.End.With.Null"
 TRANSFORMATION = "jms-map-xml"
+BROKER_STATS_DESTINATION = "/queue/ActiveMQ.Statistics.Broker"
+BRIDGE_ADVISORY = "/topic/ActiveMQ.Advisory.NetworkBridge"
+#: the transport connector whose port peers connect to (the name in Classic's default activemq.xml)
+OWN_CLUSTER_CONNECTOR = "openwire"
+#: the bridge advisories of the running bridges come at once after subscribing; then none
+BRIDGE_REPLAY_QUIET_S = 0.5
 
 _OUTSIDE_BMP = re.compile("[\U00010000-\U0010FFFF]")
 
@@ -111,6 +118,55 @@ class ClassicDialect(BrokerDialect):
                 return depth
             if stats.get("destinationName") == wanted:
                 depth = int(stats.get("size", "0"))
+
+
+    def cluster_members(self, requests: Requester) -> tuple[int, list[tuple[str, int]]]:
+        """The node's own ``openwire`` transport port (statistics plugin, ``ActiveMQ.Statistics.Broker``)
+        and, for each of its network bridges, the peer's published OpenWire port at the address
+        the bridge is connected to (``ActiveMQ.Advisory.NetworkBridge``, which the broker replays
+        for every running bridge to a new subscriber; ``jms-advisory-json``). Measured on 5.18.3:
+        headers ``remoteIp: tcp:///127.0.0.1:57087@51164``, body
+        ``{"BrokerInfo": {"brokerURL": "tcp://localhost:57087", "brokerName": "node1", ...}}``.
+        A duplex bridge's ``remoteIp`` has the peer's ephemeral port, so the port comes from
+        ``brokerURL`` and the host from ``remoteIp`` (``brokerURL`` names the host as the peer
+        calls itself)."""
+        correlation = uuid.uuid4().hex
+        reply_to = f"/temp-queue/clustermq-members-{correlation}"
+        requests.subscribe(reply_to, "members", {"transformation": TRANSFORMATION})
+        expires_ms = int((time.time() + max(requests.remaining(), 1.0)) * 1000)
+        requests.send(BROKER_STATS_DESTINATION, {
+            "reply-to": reply_to, "correlation-id": correlation,
+            "persistent": "false", "expires": str(expires_ms),
+        })
+        frame = requests.reply("broker statistics reply (is <statisticsBrokerPlugin/> on?)",
+                               lambda f: f.headers.get("subscription") == "members")
+        stats = _parse_map(body_text(frame))
+        own = _port_of(stats.get(OWN_CLUSTER_CONNECTOR, ""))
+        if own is None:
+            raise DepthError(f"the broker statistics name no '{OWN_CLUSTER_CONNECTOR}' transport "
+                             f"connector: {sorted(stats)}")
+        requests.subscribe(BRIDGE_ADVISORY, "bridges", {"transformation": "jms-advisory-json"})
+        frames = requests.replies_until_quiet(
+            BRIDGE_REPLAY_QUIET_S, lambda f: f.headers.get("subscription") == "bridges")
+        requests.unsubscribe("bridges")
+        peers: dict[tuple[str, int], bool] = {}
+        for advisory in frames:
+            try:
+                info = json.loads(body_text(advisory)).get("BrokerInfo", {})
+            except ValueError:
+                continue
+            port = _port_of(str(info.get("brokerURL", "")))
+            remote = re.match(r"\w+://+\[?([^\]/:@]+)", advisory.headers.get("remoteIp", ""))
+            if port is None or remote is None:
+                continue
+            peers[(remote.group(1), port)] = advisory.headers.get("started") == "true"
+        return own, [peer for peer, started in peers.items() if started]
+
+
+def _port_of(uri: str) -> int | None:
+    """The port of a transport URI such as ``tcp://host:61616?x=y``."""
+    match = re.match(r"[\w+]+://[^/?]*:(\d+)", uri)
+    return int(match.group(1)) if match else None
 
 
 def _parse_map(body: str) -> dict[str, str]:

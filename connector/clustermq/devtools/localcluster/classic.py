@@ -125,6 +125,8 @@ class ClassicFlavor(BrokerFlavor):
                     "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
                     "username": xml_attr(cluster.username),
                     "password": xml_attr(cluster.password),
+                    # a node added to a running cluster: the old nodes have no connector to it
+                    "duplex": "true" if node.joined else "false",
                 },
             ).rstrip("\n")
             for peer in cluster.nodes

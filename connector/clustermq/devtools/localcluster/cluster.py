@@ -253,6 +253,44 @@ class LocalCluster(ReadinessWaits):
                 raise
             return time.monotonic() - started
 
+    def add_node(self, timeout: float = READY_TIMEOUT, progress: Progress | None = None) -> Node:
+        """Start one more node that joins the running cluster; return its STOMP endpoint.
+
+        Its config points at every existing node (Classic: duplex network connectors, so the
+        old nodes forward to it without a new config; Artemis: static connectors, after which
+        the cluster topology tells the others). Waits until it accepts logins and its bridges
+        are up.
+        """
+        say = progress or log.info
+        self.state()
+        with self._lock():
+            state = self.state()
+            impl = get_flavor(state.flavor)
+            index = max(n.index for n in state.nodes) + 1
+            ((stomp, peer),) = node_ports(1, None)
+            node = NodeState(index=index, name=f"node{index}", host=HOST, stomp_port=stomp,
+                             peer_port=peer, joined=True)
+            state.nodes.append(node)
+            impl.render_config(state, node, self.node_dir(index))
+            started = time.monotonic()
+            say(f"adding {impl.name} node {index} ({node.name}): stomp {node.host}:{stomp}, peer port {peer}")
+            self._launch(impl, state, node)
+            state.save(self.dir)
+            try:
+                self._wait_ready(impl, state, [index], started + timeout, say, started)
+                self._wait_mesh(impl, state, started + timeout, say, started, involving=index)
+            except BaseException:
+                process.stop(node.pid, self._marker(index), grace=5.0)
+                node.pid = None
+                state.save(self.dir)
+                raise
+        return self.nodes()[-1]
+
+    def stop_node(self, i: int, grace: float = STOP_GRACE) -> None:
+        """Stop node ``i`` gracefully (SIGTERM: the broker shuts down as an operator's stop
+        does; an Artemis node with scale-down hands its messages to a peer first)."""
+        self.kill_node(i, sig=signal.SIGTERM, timeout=grace)
+
     def __enter__(self) -> LocalCluster:
         return self
 

@@ -115,6 +115,29 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_add(args: argparse.Namespace) -> int:
+    """Start one more node that joins the running cluster; last stdout line: its endpoint."""
+    cluster = _cluster(args)
+    try:
+        node = cluster.add_node(timeout=args.timeout, progress=_say)
+    except (FileNotFoundError, IndexError, RuntimeError, ValueError) as exc:
+        return _error(str(exc))
+    print(cluster.brokers)
+    print(node.name, flush=True)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """Stop one node gracefully (SIGTERM; an Artemis node scales down to its peers)."""
+    cluster = _cluster(args)
+    try:
+        cluster.stop_node(args.node_index)
+    except (FileNotFoundError, IndexError, RuntimeError) as exc:
+        return _error(str(exc))
+    print(f"node {args.node_index} stopped")
+    return 0
+
+
 def credentials_for(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """``--username``/``--password`` when given, else the local cluster's (``--dir`` or default).
 
@@ -172,12 +195,12 @@ def cmd_depth(args: argparse.Namespace) -> int:
 
 
 def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``cluster {up,status,down,kill,start}`` and ``depth`` on ``subparsers``."""
+    """Register ``cluster {up,status,down,kill,start,add,stop}`` and ``depth`` on ``subparsers``."""
     default_dir = default_cluster_dir()
     dir_help = f"cluster directory (default: {default_dir})"
 
     cluster = subparsers.add_parser("cluster", help="run a local broker cluster for development and tests")
-    actions = cluster.add_subparsers(dest="cluster_command", metavar="{up,status,down,kill,start}")
+    actions = cluster.add_subparsers(dest="cluster_command", metavar="{up,status,down,kill,start,add,stop}")
     actions.required = True
 
     up = actions.add_parser("up", help="start a fresh local cluster; prints the brokers string last")
@@ -212,6 +235,16 @@ def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.Argument
     start.add_argument("--dir", help=dir_help)
     start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the node (default: 90)")
     start.set_defaults(func=cmd_start)
+
+    add = actions.add_parser("add", help="start one more node that joins the running cluster")
+    add.add_argument("--dir", help=dir_help)
+    add.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the node (default: 90)")
+    add.set_defaults(func=cmd_add)
+
+    stop = actions.add_parser("stop", help="stop one node gracefully (SIGTERM)")
+    stop.add_argument("node_index", metavar="NODE_INDEX", type=int)
+    stop.add_argument("--dir", help=dir_help)
+    stop.set_defaults(func=cmd_stop)
 
     depth = subparsers.add_parser("depth", help="queue depth on every node of a cluster, and the total")
     depth.add_argument("--brokers", help="comma-separated host:port list (default: the local cluster's)")

@@ -1,7 +1,7 @@
 """Choosing TCP ports for broker nodes.
 
 Fixed well-known ports (61613, 61616) are often taken on a developer machine or a CI runner, so
-by default the kernel picks free ports (bind to port 0). A ``base_port`` gives a predictable
+by default the kernel picks free ports (bind to port 0), a STOMP port and the next one for peers. A ``base_port`` gives a predictable
 layout instead: node *i* listens for STOMP on ``base + 10*i`` and for its peers on
 ``base + 10*i + 1``.
 """
@@ -26,6 +26,29 @@ def free_ports(count: int, host: str = HOST) -> list[int]:
         return ports
 
 
+def free_port_pairs(count: int, host: str = HOST) -> list[tuple[int, int]]:
+    """``count`` pairs ``(p, p + 1)`` of ports that were free a moment ago (all held open).
+
+    Adjacent, so a node's peer port is its STOMP port plus one on every node: the convention
+    cluster discovery relies on (clustermq.broker.discovery).
+    """
+    with ExitStack() as stack:
+        pairs: list[tuple[int, int]] = []
+        while len(pairs) < count:
+            low = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            low.bind((host, 0))
+            port = low.getsockname()[1]
+            if port >= 65535:
+                continue
+            high = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            try:
+                high.bind((host, port + 1))
+            except OSError:
+                continue
+            pairs.append((port, port + 1))
+        return pairs
+
+
 def port_is_free(port: int, host: str = HOST) -> bool:
     """Whether a listening socket could bind ``host:port`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -40,8 +63,7 @@ def port_is_free(port: int, host: str = HOST) -> bool:
 def node_ports(nodes: int, base_port: int | None, host: str = HOST) -> list[tuple[int, int]]:
     """(STOMP port, peer port) per node, dynamic or from ``base_port``; checked to be free."""
     if base_port is None:
-        flat = free_ports(2 * nodes, host)
-        return [(flat[2 * i], flat[2 * i + 1]) for i in range(nodes)]
+        return free_port_pairs(nodes, host)
     pairs = [(base_port + PORT_STRIDE * i, base_port + PORT_STRIDE * i + 1) for i in range(nodes)]
     if pairs[-1][1] > 65535 or base_port < 1:
         raise ValueError(f"base port {base_port} leaves no room for {nodes} nodes (needs up to {pairs[-1][1]})")

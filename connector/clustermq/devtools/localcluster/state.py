@@ -28,6 +28,7 @@ class NodeState:
     pid: int | None = None
     log_offset: int = 0  # size of broker.log when the current process was started
     started_at: float | None = None  # time.time() of the current process's start
+    joined: bool = False  # added to a running cluster (``cluster add``), not started with it
 
 
 @dataclass
