@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -62,7 +64,7 @@ class ClusterMQDataSource(DataSource):
                 "save mode 'overwrite' is not supported: a queue cannot be truncated; "
                 "use .mode(\"append\")"
             )
-        options = WriteOptions.parse(self.options)
+        options = _discovered(WriteOptions.parse(self.options))
         return ClusterMQBatchWriter(options, input_layout(schema, options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -70,5 +72,15 @@ class ClusterMQDataSource(DataSource):
         from clustermq.write.layout import input_layout
         from clustermq.write.spark import ClusterMQStreamWriter
 
-        options = WriteOptions.parse(self.options)
+        options = _discovered(WriteOptions.parse(self.options))
         return ClusterMQStreamWriter(options, input_layout(schema, options))
+
+
+def _discovered(options: WriteOptions) -> WriteOptions:
+    """With ``discovery=cluster`` the write publishes to the nodes the cluster names at its start
+    (asked once, on the driver: every task and the commit see the same node list)."""
+    if options.discovery != "cluster":
+        return options
+    from clustermq.broker.discovery import with_discovered
+
+    return dataclasses.replace(options, connection=with_discovered(options.connection))

@@ -7,16 +7,20 @@ long-lived reader process and never pickled.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from clustermq.broker.discovery import with_discovered
+from clustermq.broker.nodes import Node
 from clustermq.errors import NodeUnavailable, NoNodeReachable
 from clustermq.options import ReadOptions
 from clustermq.read.arrivals import ArrivalCounter, AvailableNowTarget
 from clustermq.read.copies import RecentIds
+from clustermq.read.membership import MembershipWatch
 from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.offsets import NodeOffsets, allocate, make_offsets
 from clustermq.read.subscription import NodeSubscription
@@ -37,16 +41,18 @@ class ClusterConsumer:
     """Competing consumer on every node; numbering, admission control and acknowledgement."""
 
     def __init__(self, options: ReadOptions) -> None:
+        self._membership: MembershipWatch | None = None
+        if options.discovery == "cluster":
+            options = dataclasses.replace(options, connection=with_discovered(options.connection))
+            self._membership = MembershipWatch(options.connection, lambda: self.node_names,
+                                               self._subscription)
         self.options = options
         self._arrivals = ArrivalCounter()
         self._target: AvailableNowTarget | None = None
         self._target_lock = threading.Lock()
         self._probe: DepthProbe | None = None
         self._recent = RecentIds()
-        self.subscriptions = [
-            NodeSubscription(node, i, options, self._arrivals, self._returned, self._recent)
-            for i, node in enumerate(options.connection.nodes)
-        ]
+        self.subscriptions = [self._subscription(n, i) for i, n in enumerate(options.connection.nodes)]
         self._started = False
         self._all_down_since: float | None = None
         # the last arrival after which AvailableNow resubscribed (once per quiet period)
@@ -87,6 +93,19 @@ class ClusterConsumer:
         for sub in self.subscriptions:
             sub.start()
         self._started = True
+        if self._membership is not None:
+            self._membership.start()
+
+    def _subscription(self, node: Node, index: int) -> NodeSubscription:
+        return NodeSubscription(node, index, self.options, self._arrivals, self._returned,
+                                self._recent)
+
+    def admit(self) -> list[str]:
+        """Read from the nodes that joined since the last call, from the next batch on (their
+        offsets start at 0); return their names."""
+        joined = self._membership.take_joined() if self._membership is not None else []
+        self.subscriptions.extend(joined)
+        return [sub.node.name for sub in joined]
 
     @staticmethod
     def _first_connect(sub: NodeSubscription) -> str | None:
@@ -99,6 +118,8 @@ class ClusterConsumer:
             return str(exc)
 
     def stop(self) -> None:
+        if self._membership is not None:
+            self._membership.stop()
         for sub in self.subscriptions:
             sub.stop()
 

@@ -9,6 +9,7 @@ same, cumulatively and idempotently.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -71,6 +72,10 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._consumer
 
     def _names(self) -> list[str]:
+        """The offset keys: the consumer's nodes (with ``discovery=cluster`` the discovered
+        ones, growing as nodes join), else ``brokers``."""
+        if self._consumer is not None:
+            return self._consumer.node_names
         return [n.name for n in self.options.connection.nodes]
 
     # --------------------------------------------------------------- offsets
@@ -94,6 +99,10 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> NodeOffsets:
         consumer = self.consumer
+        joined = consumer.admit()
+        if joined:
+            log.info("clustermq: reading from node(s) %s that joined the cluster, from offset 0",
+                     ", ".join(joined))
         begin = parse_offsets(start, self._names())
         consumer.set_start(begin)
         consumer.acknowledge(begin)
@@ -120,7 +129,10 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _depth_probe(self) -> Callable[[], QueueDepths]:
         def probe() -> QueueDepths:
-            return connection_depths(self.options.connection)
+            conn = self.options.connection
+            if self._consumer is not None:  # the nodes read from, discovered ones included
+                conn = dataclasses.replace(conn, nodes=tuple(s.node for s in self._consumer.subscriptions))
+            return connection_depths(conn)
 
         return probe
 
