@@ -14,23 +14,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Broker, cluster_flavors
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
-from test_reader import drain, loadgen_ids, new_queue, start_collecting
-from test_reader_faults import wait_for
 
 from clustermq.devtools.localcluster.cluster import LocalCluster
+from conftest import Broker, cluster_flavors
+from test_reader import drain, loadgen_ids, new_queue, start_collecting
+from test_reader_faults import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module", params=cluster_flavors())
 def members(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """A 2-node cluster of the parametrised flavor, only for this module (nodes are added)."""
+    """A 2-node cluster of the parametrised flavor, only for this module (nodes are added and
+    stopped); Artemis nodes scale down to their peers when stopped gracefully."""
     local = LocalCluster(tmp_path_factory.mktemp(f"members-{request.param}"))
     try:
-        local.up(nodes=2, flavor=request.param)
+        local.up(nodes=2, flavor=request.param, scale_down=True)
         yield Broker(local)
     finally:
         local.down()
@@ -119,4 +120,54 @@ def test_a_restart_with_a_changed_brokers_list_reads_on(
     every_run, _ = drain(spark, members.reader_options(queue, brokers=",".join(names)), tmp_path)
     ids = Counter(loadgen_ids(every_run))  # the three runs append to one sink
     assert sorted(ids) == list(range(360)) and set(ids.values()) == {1}, ids.most_common(3)
+    assert sum(members.wait_depth_zero(queue).values()) == 0
+
+
+def test_a_node_stopped_gracefully_while_a_drain_runs_loses_nothing(
+    spark: SparkSession, members: Broker, tmp_path: Path
+) -> None:
+    """``cluster stop`` (SIGTERM) of one of three nodes after the first batch of an
+    AvailableNow drain. Artemis scales the node down: its messages move to a peer and are read
+    there, the run ends without waiting for the node. Classic: the stopped node keeps its
+    backlog in its store, and a run after its restart reads it. Over the runs every message is
+    read; a message read twice is one the stopped node had delivered before it went (planned,
+    not acknowledged: handled as a lost node's), so its first copy came from that node."""
+    cluster = members.cluster
+    if len(cluster.nodes()) < 3:
+        cluster.add_node()
+    names = [n.name for n in cluster.nodes()]
+    queue = new_queue("leave")
+    members.produce(queue, 3000, nodes=[0, 1, 2])
+    options = members.reader_options(queue, brokers=",".join(names), maxMessagesPerTrigger=300)
+    stopped: list[float] = []
+
+    def stop_after_first(batch: object, batch_id: int) -> None:
+        if not stopped:
+            cluster.stop_node(2)
+            stopped.append(time.monotonic())
+
+    try:
+        started = time.monotonic()
+        rows, _ = drain(spark, options, tmp_path, on_batch=stop_after_first)
+        print(f"\n[{cluster.flavor}] drain with node 2 stopped after its first batch ended "
+              f"{time.monotonic() - stopped[0]:.1f} s after the stop ({time.monotonic() - started:.1f} s "
+              f"in all) with {rows.count()} rows")
+    finally:
+        if not cluster.is_running(2):
+            cluster.start_node(2)
+    scale_lines = [line for line in cluster.log_path(2).read_text(errors="replace").splitlines()
+                   if "scal" in line.lower()]
+    print(f"[{cluster.flavor}] node 2 log on scaling: {scale_lines[-3:]}")
+    rows, _ = drain(spark, options, tmp_path)  # Classic: the restarted node's backlog
+    ids = Counter(loadgen_ids(rows))
+    assert sorted(ids) == list(range(3000)), f"{len(ids)} of 3000 ids; missing {sorted(set(range(3000)) - set(ids))[:10]}"
+    twice = {i for i, c in ids.items() if c > 1}
+    assert all(c <= 2 for c in ids.values()), ids.most_common(3)
+    first_from = {}
+    for r in rows.select(F.col("headers")["loadgen_id"].cast("int").alias("id"), "node", "batch_id",
+                         "row").orderBy("batch_id", "row").collect():
+        first_from.setdefault(r["id"], r["node"])
+    assert {first_from[i] for i in twice} <= {names[2]}, {first_from[i] for i in twice}
+    print(f"[{cluster.flavor}] 3000 messages read, {len(twice)} twice (delivered by the stopped node "
+          "before it went)")
     assert sum(members.wait_depth_zero(queue).values()) == 0

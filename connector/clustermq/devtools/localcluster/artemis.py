@@ -119,6 +119,14 @@ class ArtemisFlavor(BrokerFlavor):
                 load_template("artemis", "cluster-connection.xml.tmpl"),
                 {"static_connectors": static_connectors, "max_retry_interval_ms": MAX_RETRY_INTERVAL_MS},
             ).rstrip("\n")
+        # Scale-down (``cluster up --scale-down``): a node stopped gracefully hands its messages
+        # to the first peer it reaches before it exits.
+        ha_policy = ""
+        if peers and cluster.scale_down:
+            refs = static_connectors.replace("          <connector-ref>", "              <connector-ref>")
+            ha_policy = ("    <ha-policy>\n      <primary-only>\n        <scale-down>\n"
+                         f"          <connectors>\n{refs}\n          </connectors>\n"
+                         "        </scale-down>\n      </primary-only>\n    </ha-policy>")
         broker_xml = render(
             load_template("artemis", "broker.xml.tmpl"),
             {
@@ -134,6 +142,7 @@ class ArtemisFlavor(BrokerFlavor):
                 "max_frame_size": MAX_FRAME_SIZE,
                 "peer_connectors": peer_connectors,
                 "cluster_connections": cluster_connections,
+                "ha_policy": ha_policy,
             },
         )
         write_file(etc / "broker.xml", broker_xml)

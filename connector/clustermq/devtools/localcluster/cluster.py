@@ -119,6 +119,7 @@ class LocalCluster(ReadinessWaits):
         timeout: float = READY_TIMEOUT,
         progress: Progress | None = None,
         tls: bool = False,
+        scale_down: bool = False,
     ) -> list[Node]:
         """Create and start a fresh cluster; return once every node accepts STOMP logins.
 
@@ -163,6 +164,7 @@ class LocalCluster(ReadinessWaits):
                     for i, (stomp, peer) in enumerate(ports)
                 ],
             )
+            state.scale_down = scale_down
             if tls:
                 say("generating a CA and a broker certificate with keytool")
                 files = generate_cluster_tls(self.dir / TLS_DIR, keystore_password(state.password))

@@ -48,6 +48,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             progress=_say,
             tls=args.tls,
+            scale_down=args.scale_down,
         )
     except (NotImplementedError, ValueError, RuntimeError, OSError) as exc:
         return _error(str(exc))
@@ -214,6 +215,8 @@ def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.Argument
     up.add_argument("--tls", action="store_true",
                     help="STOMP over TLS only: generate a CA and broker certificate (keytool) in DIR/tls; "
                          "nodes are stomp+ssl://, clients pass the printed CA file as sslCaFile")
+    up.add_argument("--scale-down", action="store_true",
+                    help="Artemis: a node stopped gracefully ('cluster stop') moves its messages to a peer")
     up.set_defaults(func=cmd_up)
 
     status = actions.add_parser("status", help="show the nodes of the local cluster")

@@ -47,6 +47,8 @@ class ClusterState:
     tls: bool = False
     ca_file: str | None = None
     keystore: str | None = None
+    # Artemis nodes stopped gracefully scale down to a peer (``cluster up --scale-down``)
+    scale_down: bool = False
 
     def save(self, directory: Path) -> None:
         """Atomically write ``directory/cluster.json`` with mode 600."""
