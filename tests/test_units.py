@@ -89,6 +89,7 @@ def test_unknown_option_lists_known_ones() -> None:
         ("queue", "/queue/x", "bare queue name"),
         ("queue", "a b", "may not contain"),
         ("initialReconnectDelay", "50000", "must not exceed"),
+        ("discovery", "dns", "allowed: none, cluster"),
     ],
 )
 def test_bad_values_name_the_option(name: str, value: str, fragment: str) -> None:

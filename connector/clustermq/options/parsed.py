@@ -44,6 +44,8 @@ class ReadOptions:
     mode: str
     browse_idle_timeout_s: float
     discovery: str = "none"
+    #: numPartitions not set with discovery=cluster: the number of nodes discovered at start
+    partitions_per_node: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -65,6 +67,7 @@ class ReadOptions:
             mode=MODE.read(raw),
             browse_idle_timeout_s=BROWSE_IDLE_TIMEOUT.seconds(raw),
             discovery=DISCOVERY.read(raw),
+            partitions_per_node=NUM_PARTITIONS.key not in raw,
         )
 
 

@@ -43,7 +43,9 @@ class ClusterConsumer:
     def __init__(self, options: ReadOptions) -> None:
         self._membership: MembershipWatch | None = None
         if options.discovery == "cluster":
-            options = dataclasses.replace(options, connection=with_discovered(options.connection))
+            conn = with_discovered(options.connection)
+            partitions = len(conn.nodes) if options.partitions_per_node else options.num_partitions
+            options = dataclasses.replace(options, connection=conn, num_partitions=partitions)
             self._membership = MembershipWatch(options.connection, lambda: self.node_names,
                                                self._subscription)
         self.options = options

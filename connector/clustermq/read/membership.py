@@ -75,6 +75,9 @@ class MembershipWatch:
                 sub.last_error = str(exc)
                 sub.lost_at = time.monotonic()
                 log.warning("clustermq: %s; reconnecting in the background", exc)
+            if self._stopping.is_set():  # the query stopped meanwhile
+                sub.stop()
+                return
             sub.start()
             with self._lock:
                 self._joining.append(sub)

@@ -157,7 +157,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         consumer = self.consumer
         consumer.set_start(begin)
         taken = consumer.take(begin, finish)
-        return plan_partitions(consumer, taken, self.options)
+        return plan_partitions(consumer, taken, consumer.options)  # numPartitions: discovered
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MessagesPartition)

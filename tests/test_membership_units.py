@@ -1,0 +1,61 @@
+"""Membership without brokers: option parsing, transport URIs, the watch's bookkeeping."""
+
+from __future__ import annotations
+
+import threading
+
+from clustermq.broker.dialect.classic import _port_of
+from clustermq.broker.nodes import Node
+from clustermq.options import ReadOptions, WriteOptions, parse_connection_options
+from clustermq.read.membership import MembershipWatch
+
+
+def test_discovery_is_off_by_default_and_partitions_follow_the_discovered_nodes_unless_set() -> None:
+    base = {"brokers": "mq1:61613", "queue": "orders"}
+    assert ReadOptions.parse(base).discovery == "none"
+    assert WriteOptions.parse({**base, "discovery": "CLUSTER"}).discovery == "cluster"
+    assert ReadOptions.parse({**base, "discovery": "cluster"}).partitions_per_node
+    assert not ReadOptions.parse({**base, "discovery": "cluster", "numpartitions": "4"}).partitions_per_node
+
+
+def test_ports_of_classic_transport_uris() -> None:
+    assert _port_of("tcp://localhost:37971?maximumConnections=1000&wireFormat.maxFrameSize=1") == 37971
+    assert _port_of("stomp+nio://0.0.0.0:61613") == 61613
+    assert _port_of("vm://node0") is None
+    assert _port_of("") is None
+
+
+class _Subscription:
+    """Stands in for a node subscription: records what the watch does with it."""
+
+    def __init__(self, node: Node, index: int) -> None:
+        self.node, self.index = node, index
+        self.started = self.stopped = False
+
+    def connect_once(self) -> None:
+        pass
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_the_watch_numbers_joined_nodes_after_the_known_ones_and_hands_each_over_once(monkeypatch) -> None:
+    conn = parse_connection_options({"brokers": "h:1", "queue": "q"})
+    known = ["h:1", "h:2"]
+    found = [(Node("h", 1), Node("h", 2), Node("h", 3))]
+    monkeypatch.setattr("clustermq.read.membership.discover", lambda _conn: found[0])
+    watch = MembershipWatch(conn, lambda: list(known), _Subscription)  # type: ignore[arg-type]
+    assert [n.name for n in watch.refresh()] == ["h:3"]
+    assert watch.refresh() == []  # subscribed, not yet taken: not joined twice
+    joined = watch.take_joined()
+    assert [(s.node.name, s.index, s.started) for s in joined] == [("h:3", 2, True)]
+    known.append("h:3")
+    found[0] = (*found[0], Node("h", 4))
+    watch.refresh()
+    assert [(s.node.name, s.index) for s in watch.take_joined()] == [("h:4", 3)]
+    assert watch.take_joined() == []
+    watch.stop()
+    assert not isinstance(watch._thread, threading.Thread)  # never started here
