@@ -59,3 +59,17 @@ def test_the_watch_numbers_joined_nodes_after_the_known_ones_and_hands_each_over
     assert watch.take_joined() == []
     watch.stop()
     assert not isinstance(watch._thread, threading.Thread)  # never started here
+
+
+def test_a_node_joins_only_a_cluster_of_two_or_more(tmp_path) -> None:
+    import pytest
+
+    from clustermq.devtools.localcluster.cluster import LocalCluster
+    from clustermq.devtools.localcluster.state import ClusterState, NodeState
+
+    ClusterState(flavor="artemis", version="x", home=str(tmp_path), username="u", password="p",
+                 nodes=[NodeState(index=0, name="node0", host="127.0.0.1", stomp_port=1, peer_port=2)]
+                 ).save(tmp_path)
+    with pytest.raises(ValueError, match="at least 2 nodes"):
+        LocalCluster(tmp_path).add_node()
+    assert len(ClusterState.load(tmp_path).nodes) == 1  # type: ignore[union-attr]

@@ -268,6 +268,9 @@ class LocalCluster(ReadinessWaits):
         with self._lock():
             state = self.state()
             impl = get_flavor(state.flavor)
+            if len(state.nodes) < 2:
+                raise ValueError("a node joins a cluster of at least 2 nodes: a 1-node cluster is "
+                                 "started without its cluster configuration")
             index = max(n.index for n in state.nodes) + 1
             ((stomp, peer),) = node_ports(1, None)
             node = NodeState(index=index, name=f"node{index}", host=HOST, stomp_port=stomp,
@@ -283,7 +286,7 @@ class LocalCluster(ReadinessWaits):
                 self._wait_mesh(impl, state, started + timeout, say, started, involving=index)
             except BaseException:
                 process.stop(node.pid, self._marker(index), grace=5.0)
-                node.pid = None
+                state.nodes.remove(node)  # not a member: the cluster is as before
                 state.save(self.dir)
                 raise
         return self.nodes()[-1]
