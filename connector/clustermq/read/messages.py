@@ -15,7 +15,8 @@ class BufferedMessage:
 
     ``ack_id`` acknowledges it on the connection of ``generation`` only; ``arrival`` is its
     number among all deliveries to this process, ``seq`` its offset on its node (-1 until
-    numbered).
+    numbered); ``slot`` the node's subscription it came on where the node has several
+    (read/slots.py), else ``None``.
     """
 
     headers: dict[str, str]
@@ -24,6 +25,7 @@ class BufferedMessage:
     generation: int
     arrival: int
     seq: int = -1
+    slot: int | None = None
 
     @property
     def size(self) -> int:

@@ -14,6 +14,7 @@ from pyspark.sql.datasource import InputPartition
 
 from clustermq.groups import bucket_for_group, bucket_for_ungrouped
 from clustermq.read.schema import from_ipc, to_ipc, to_record_batch
+from clustermq.read.slots import bucket_for_slot
 
 if TYPE_CHECKING:
     from clustermq.options import ReadOptions
@@ -39,7 +40,8 @@ def plan_partitions(
     taken: list[tuple[int, list[BufferedMessage]]],
     options: ReadOptions,
 ) -> list[MessagesPartition]:
-    """Bucket every node's rows by group hash into ``numPartitions`` partitions.
+    """Bucket every node's rows by group hash into ``numPartitions`` partitions; a row whose
+    group the broker does not show goes by its group slot (read/slots.py).
 
     Within a partition rows keep node order, then delivery order, so a group (which a
     well-behaved producer keeps on one node) is read in broker delivery order.
@@ -57,7 +59,9 @@ def plan_partitions(
         )
         buckets: list[list[int]] = [[] for _ in range(n)]
         for row, (group, message) in enumerate(zip(groups, messages)):
-            if group is None:
+            if group is None and message.slot is not None:  # a group the broker hid
+                buckets[bucket_for_slot(message.slot, node_index, n)].append(row)
+            elif group is None:
                 buckets[bucket_for_ungrouped(message.seq, node_index, n)].append(row)
             else:
                 buckets[bucket_for_group(group, n)].append(row)

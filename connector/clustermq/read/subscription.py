@@ -31,6 +31,7 @@ from clustermq.options import ReadOptions
 from clustermq.read.copies import RecentIds
 from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.receiver import Receiver
+from clustermq.read.slots import last_per_slot, slot_count, slot_ids, slot_prefetch
 
 log = logging.getLogger("clustermq.subscription")
 
@@ -69,6 +70,7 @@ class NodeSubscription:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._unnumbered: list[BufferedMessage] = []
+        self._slots: dict[str, int | None] = {}  # subscription id -> group slot
         self._messages: deque[BufferedMessage] = deque()
         self.base: int | None = None
         self.next_seq: int | None = None
@@ -92,12 +94,11 @@ class NodeSubscription:
         try:
             dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
             self.dialect = dialect  # deliveries start before subscribe() returns (_message_key)
-            conn.subscribe(
-                destination=dialect.destination(self.options.connection.queue),
-                id=f"clustermq-{self.index}",
-                ack=self.options.ack_mode,
-                headers=self._flow_control(dialect),
-            )
+            self._slots = slot_ids(self.index, slot_count(dialect, self.options.num_partitions))
+            headers = self._flow_control(dialect, len(self._slots))
+            for sub_id in self._slots:  # several where the broker hides groups (read/slots.py)
+                conn.subscribe(destination=dialect.destination(self.options.connection.queue),
+                               id=sub_id, ack=self.options.ack_mode, headers=headers)
         except Exception:
             close_connection(conn)
             raise
@@ -111,7 +112,7 @@ class NodeSubscription:
         log.info("subscribed to %s on node %s (%s)", self.options.connection.queue,
                  self.node.name, dialect.name)
 
-    def _flow_control(self, dialect: BrokerDialect) -> dict[str, str]:
+    def _flow_control(self, dialect: BrokerDialect, slots: int = 1) -> dict[str, str]:
         """SUBSCRIBE headers that let a node deliver ``prefetchPerNode`` messages ahead of acks.
 
         Where the broker counts bytes, the dialect sizes its window from the expected message
@@ -122,7 +123,7 @@ class NodeSubscription:
         body = 1024
         if opts.max_bytes_per_trigger and opts.max_messages_per_trigger:
             body = max(64, opts.max_bytes_per_trigger // opts.max_messages_per_trigger)
-        return dialect.subscribe_headers(opts.prefetch_per_node, body_bytes=body,
+        return dialect.subscribe_headers(slot_prefetch(opts.prefetch_per_node, slots), body_bytes=body,
                                          batch_bytes=opts.max_bytes_per_trigger or 0)
 
     def start(self) -> None:
@@ -222,6 +223,7 @@ class NodeSubscription:
             ack_id=frame.headers.get("ack"),
             generation=generation,
             arrival=next(self._arrivals),
+            slot=self._slots.get(frame.headers.get("subscription", "")),
         )
         with self._lock:
             late = generation != self._generation
@@ -319,8 +321,9 @@ class NodeSubscription:
         if not current or conn is None:
             return 0
         try:
-            if self.options.ack_mode == "client":
-                conn.ack(current[-1].ack_id)
+            if self.options.ack_mode == "client":  # cumulative per subscription
+                for message in last_per_slot(current):
+                    conn.ack(message.ack_id)
             else:
                 for message in current:
                     conn.ack(message.ack_id)

@@ -31,6 +31,10 @@ class BrokerDialect:
     can_browse: bool = False
     #: whether an ACK inside a STOMP transaction is undone by ABORT (else it takes effect at once)
     transactional_ack: bool = True
+    #: whether STOMP consumers may not see the group of a message a JMS (OpenWire, AMQP) producer
+    #: grouped, while the broker still pins each group to one consumer: the reader then keeps a
+    #: group together by the subscription ("group slot") it arrived on (read/slots.py)
+    hides_jms_group: bool = False
 
     def destination(self, queue: str) -> str:
         return f"/queue/{queue}"

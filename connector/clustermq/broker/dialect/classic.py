@@ -55,6 +55,7 @@ class ClassicDialect(BrokerDialect):
     name: str = "classic"
     product: str = "ActiveMQ Classic"
     can_browse: bool = True
+    hides_jms_group: bool = True
 
     def subscribe_headers(
         self, prefetch: int, window_bytes: int | None = None, *, body_bytes: int = 1024, batch_bytes: int = 0

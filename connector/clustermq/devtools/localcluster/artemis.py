@@ -100,6 +100,21 @@ class ArtemisFlavor(BrokerFlavor):
     def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
         return ensure_distribution("artemis", progress=progress), ARTEMIS_VERSION
 
+    def jms_client(
+        self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,
+        work: Path, group: str | None = None, body_size: int = 0, selector: str | None = None,
+    ) -> list[str]:
+        """``bin/artemis producer|consumer`` over CORE (the node's cluster acceptor)."""
+        argv = [str(Path(cluster.home) / "bin" / "artemis"), role, "--silent",
+                "--url", f"tcp://{node.host}:{node.peer_port}", "--user", cluster.username,
+                "--password", cluster.password, "--destination", f"queue://{queue}",
+                "--message-count", str(count)]
+        if role == "producer":
+            argv += ["--group", group] if group else []
+            argv += ["--message-size", str(body_size)] if body_size else []
+        argv += ["--filter", selector] if selector else []
+        return argv
+
     def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:
         etc = node_dir / "etc"
         for sub in ("etc", "data", "tmp", "log"):

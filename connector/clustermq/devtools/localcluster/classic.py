@@ -109,6 +109,29 @@ class ClassicFlavor(BrokerFlavor):
     def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
         return ensure_distribution("classic", progress=progress), CLASSIC_VERSION
 
+    def jms_client(
+        self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,
+        work: Path, group: str | None = None, body_size: int = 0, selector: str | None = None,
+    ) -> list[str]:
+        """``activemq.jar producer|consumer`` over OpenWire (the node's peer port), started as
+        ``bin/activemq`` would but without the script, which re-splits its arguments (a quoted
+        selector lost its quotes); a selector goes in the destination's ``consumer.selector``
+        option (the CLI has no flag for it)."""
+        home = Path(cluster.home)
+        destination = f"queue://{queue}" + (f"?consumer.selector={selector}" if selector else "")
+        argv = [java_executable(), "-Xmx256m", *JAVA_MODULE_FLAGS, f"-Djava.io.tmpdir={work}",
+                f"-Dactivemq.classpath={home / 'conf'}", f"-Dactivemq.home={home}",
+                f"-Dactivemq.base={home}", f"-Dactivemq.conf={home / 'conf'}",
+                f"-Dactivemq.data={work}", "-jar", str(home / "bin" / "activemq.jar"), role,
+                "--brokerUrl", f"tcp://{node.host}:{node.peer_port}", "--user", cluster.username,
+                "--password", cluster.password, "--destination", destination,
+                "--messageCount", str(count)]
+        if role == "producer":
+            argv += ["--persistent", "true"]
+            argv += ["--msgGroupID", group] if group else []
+            argv += ["--messageSize", str(body_size)] if body_size else []
+        return argv
+
     def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:
         conf = node_dir / "conf"
         for sub in ("conf", "data", "tmp"):

@@ -107,6 +107,15 @@ class LocalCluster(ReadinessWaits):
             )
         return rows
 
+    def jms_client(self, index: int, role: str, queue: str, count: int, **options: Any) -> list[str]:
+        """argv of the distribution's own JMS ``role`` ("producer"/"consumer") on node ``index``
+        (options: :meth:`BrokerFlavor.jms_client`)."""
+        state = self.state()
+        work = self.dir / "jms-clients"
+        work.mkdir(exist_ok=True)
+        return get_flavor(state.flavor).jms_client(state, self._node(state, index), role, queue,
+                                                   count, work=work, **options)
+
     # ----------------------------------------------------------------- lifecycle
 
     def up(

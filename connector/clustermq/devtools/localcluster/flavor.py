@@ -46,6 +46,20 @@ class BrokerFlavor(ABC):
             tls=client_tls_context(cluster),
         )
 
+    def jms_client(
+        self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,
+        work: Path, group: str | None = None, body_size: int = 0, selector: str | None = None,
+    ) -> list[str]:
+        """argv of the distribution's own JMS client (``role`` "producer" or "consumer") on the
+        node's port for JMS clients: foreign traffic, as a JMS application makes it.
+
+        A producer sends ``count`` persistent messages (``group``: JMSXGroupID; ``body_size``:
+        BytesMessages of that size, else TextMessages "test message: <i>"); a consumer reads
+        ``count`` messages (``selector``: a JMS selector) and ends. ``work``: a directory for
+        what the client writes (logs, temporary files).
+        """
+        raise NotImplementedError(f"no JMS client for {self.name}")
+
     def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:
         """Names of the peers this node currently forwards to, judged from its log since start.
 

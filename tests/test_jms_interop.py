@@ -1,0 +1,197 @@
+"""JMS applications on both sides of the connector, with the distributions' own JMS clients.
+
+A JMS producer groups by JMSXGroupID and nothing else; the reader must keep each such group in
+one Spark partition per batch and in order (on ActiveMQ Classic, whose STOMP frames do not carry
+the group, by the group slots of read/slots.py). A JMS consumer must see the groups the
+connector's writer set.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from clustermq.groups import bucket_for_group
+from test_reader import assert_each_delivery_emitted_once, drain, new_queue
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+PER_GROUP = 2_000
+BYTES_SIZE = 256
+#: how long a JVM client may take on 2 shared cores (start of the JVM included)
+CLIENT_TIMEOUT_S = 180.0
+TEXT = re.compile(rb"test message: (\d+)")
+
+
+@contextmanager
+def jms_client(broker, work: Path, name: str, node: int, role: str, queue: str, count: int,
+               **options: object) -> Iterator[subprocess.Popen[bytes]]:
+    """The distribution's JMS client as a process, stopped by its pid on the way out."""
+    argv = broker.cluster.jms_client(node, role, queue, count, **options)
+    log = work / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=work)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def finish(proc: subprocess.Popen[bytes], log: Path, what: str) -> str:
+    """Wait for a JVM client to end on its own; its output, asserting it succeeded."""
+    try:
+        rc = proc.wait(CLIENT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{what} still running after {CLIENT_TIMEOUT_S:.0f} s: "
+                             f"{log.read_text(errors='replace')[-2000:]}") from None
+    text = log.read_text(errors="replace")
+    assert rc == 0, f"{what} exited {rc}: {text[-2000:]}"
+    return text
+
+
+def position(message_id: str, headers: dict[str, str]) -> int:
+    """The message's place in its producer's sequence, 0-based.
+
+    Classic's JMS message id ends in the producer's sequence number (from 1); Artemis's STOMP
+    message-id is an internal number, but its CLI producer sets the property ``count``.
+    """
+    if "count" in headers:
+        return int(headers["count"])
+    assert message_id.startswith("ID:"), (message_id, headers)
+    return int(message_id.rsplit(":", 1)[1]) - 1
+
+
+def producer_of(message_id: str, headers: dict[str, str]) -> str:
+    """Which producer sent the message (each test producer sends one group): Artemis's
+    connection id property, else the JMS message id without its sequence number."""
+    return headers.get("__AMQ_CID") or message_id.rsplit(":", 1)[0]
+
+
+def produce_groups(broker, work: Path, queue: str, groups: dict[str, tuple[int, int, int]]) -> float:
+    """Run one JMS producer per group at once: name -> (node, count, BytesMessage size or 0
+    for TextMessages); the seconds it took."""
+    started = time.monotonic()
+    with ExitStack() as stack:
+        procs = {g: stack.enter_context(jms_client(broker, work, g, node, "producer", queue, count,
+                                                   group=g, body_size=size))
+                 for g, (node, count, size) in groups.items()}
+        for g, proc in procs.items():
+            finish(proc, work / f"{g}.log", f"JMS producer {g}")
+    return time.monotonic() - started
+
+
+def check_groups(broker, rows, groups: dict[str, tuple[int, int, int]]) -> dict[str, set[str]]:
+    """Every message read once with its exact body, each group in one partition per batch and
+    in producer order at the sink (by batch, then sink position); ``group_id`` is the group's
+    name where the broker shows it over STOMP (Artemis), else empty (Classic). Returns the
+    nodes each group was read from."""
+    collected = rows.select("message_id", "headers", "body", "group_id", "batch_id", "partition",
+                            "row", "node").orderBy("batch_id", "row").collect()
+    assert len(collected) == sum(count for _, count, _ in groups.values())
+    assert_each_delivery_emitted_once(rows)
+    seen: dict[str, list[int]] = {}
+    partitions: dict[tuple[str, int], set[int]] = {}
+    nodes: dict[str, set[str]] = {}
+    names: dict[str, set[str | None]] = {}
+    sizes: dict[str, set[int]] = {}
+    for r in collected:
+        body = bytes(r["body"])
+        pos = position(r["message_id"], r["headers"])
+        producer = producer_of(r["message_id"], r["headers"])
+        matched = TEXT.fullmatch(body)
+        if matched:
+            assert int(matched.group(1)) == pos, (body, r["message_id"])
+        else:
+            assert body == b"." * len(body), body[:40]
+        sizes.setdefault(producer, set()).add(0 if matched else len(body))
+        seen.setdefault(producer, []).append(pos)
+        partitions.setdefault((producer, r["batch_id"]), set()).add(r["partition"])
+        nodes.setdefault(producer, set()).add(r["node"])
+        names.setdefault(producer, set()).add(r["group_id"])
+    assert len(seen) == len(groups), f"{len(seen)} producers seen for {len(groups)} groups"
+    for producer, positions in seen.items():
+        assert positions == list(range(len(positions))), (
+            f"{producer}: {len(positions)} rows, first out of order at "
+            f"{next((i for i, p in enumerate(positions) if p != i), None)}")
+    assert all(len(v) == 1 for v in sizes.values()), sizes
+    assert sorted((len(seen[p]), sizes[p].pop()) for p in seen) == sorted(
+        (count, size) for _, count, size in groups.values())
+    split = {key: parts for key, parts in partitions.items() if len(parts) > 1}
+    assert not split, f"groups split over partitions within a batch: {split}"
+    shown = sorted(name for values in names.values() for name in values if name is not None)
+    if broker.flavor == "artemis":
+        assert all(len(values) == 1 for values in names.values()) and shown == sorted(groups), names
+    else:
+        assert not shown, names
+    label = {p: next(iter(names[p])) or p[-12:] for p in seen}
+    print(f"[{broker.flavor}] partitions per (producer, batch): "
+          f"{sorted((label[p], b, sorted(v)) for (p, b), v in partitions.items())}")
+    return {label[p]: nodes[p] for p in seen}
+
+
+def test_jms_producer_groups_are_read_once_in_one_partition_in_order(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """Three JMS producers, one group each (gA and gC: TextMessages on node 0, gB:
+    BytesMessages on node 1, persistent), read by a query with three partitions and several
+    batches: :func:`check_groups`. Two groups on one node prove the slots keep them apart."""
+    queue = new_queue("jms")
+    groups = {"gA": (0, PER_GROUP, 0), "gB": (1, PER_GROUP, BYTES_SIZE), "gC": (0, 500, 0)}
+    produced_s = produce_groups(broker, tmp_path, queue, groups)
+    rows, progress = drain(spark, broker.reader_options(
+        queue, numPartitions=3, maxMessagesPerTrigger=1500), tmp_path)
+    print(f"\n[{broker.flavor}] 3 JMS producers in {produced_s:.1f} s, read in {len(progress)} batches")
+    print(f"[{broker.flavor}] nodes per group: {check_groups(broker, rows, groups)}")
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+@pytest.mark.flavors("classic")
+def test_jms_groups_forwarded_over_a_bridge_stay_together(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """Groups produced on a node the query does not read: the node's only consumers are the
+    network bridges, which forward each group to one other node, where it is pinned to one
+    slot again: :func:`check_groups` holds for what crossed the bridge."""
+    queue = new_queue("jmsbridge")
+    groups = {"gD": (2, 1000, 0), "gE": (2, 1000, BYTES_SIZE)}
+    produce_groups(broker, tmp_path, queue, groups)
+    nodes = broker.cluster.nodes()
+    options = broker.reader_options(queue, numPartitions=3, maxMessagesPerTrigger=700)
+    options["brokers"] = ",".join(f"{n.host}:{n.port}" for n in nodes[:2])
+    rows, progress = drain(spark, options, tmp_path)
+    print(f"\n[{broker.flavor}] read over bridges in {len(progress)} batches; nodes per group: "
+          f"{check_groups(broker, rows, groups)}")
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in nodes}
+
+
+def test_jms_consumer_sees_the_writers_groups(spark: SparkSession, broker, tmp_path: Path) -> None:
+    """What the writer publishes with a ``group_id`` reaches a JMS consumer as a JMS group: a
+    consumer with the selector ``JMSXGroupID='<group>'`` on the group's node receives exactly
+    that group's messages, and the queue is empty afterwards."""
+    queue = new_queue("jmsout")
+    per_group = 500
+    groups = ["gA", "gB"]
+    rows = [(f"{g}-{i}", g) for g in groups for i in range(per_group)]
+    (spark.createDataFrame(rows, "body string, group_id string").repartition(2)
+     .write.format("clustermq").mode("append").options(**broker.reader_options(queue)).save())
+    with ExitStack() as stack:
+        consumers = {
+            g: stack.enter_context(jms_client(
+                broker, tmp_path, f"consumer-{g}", bucket_for_group(g, len(broker.cluster.nodes())),
+                "consumer", queue, per_group, selector=f"JMSXGroupID='{g}'"))
+            for g in groups
+        }
+        outputs = {g: finish(p, tmp_path / f"consumer-{g}.log", f"JMS consumer of {g}")
+                   for g, p in consumers.items()}
+    for text in outputs.values():
+        assert f"Consumed: {per_group} messages" in text, text[-2000:]
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
