@@ -21,7 +21,10 @@ def test_only_a_broker_that_hides_groups_gets_several_slots() -> None:
 
 
 def test_the_slots_share_the_node_prefetch() -> None:
-    assert slot_prefetch(1000, 3) == 333 and slot_prefetch(2, 3) == 1 and slot_prefetch(10, 1) == 10
+    assert [slot_prefetch(1000, 3, k) for k in range(3)] == [334, 333, 333]
+    assert [slot_prefetch(500, 3, k) for k in range(3)] == [167, 167, 166]
+    assert [slot_prefetch(2, 3, k) for k in range(3)] == [1, 1, 1]
+    assert slot_prefetch(10, 1, None) == 10
 
 
 def test_a_client_ack_is_sent_for_the_last_delivery_of_every_slot() -> None:

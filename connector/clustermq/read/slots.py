@@ -34,10 +34,14 @@ def slot_ids(node_index: int, slots: int) -> dict[str, int | None]:
     return {f"clustermq-{node_index}-{slot}": slot for slot in range(slots)}
 
 
-def slot_prefetch(prefetch: int, slots: int) -> int:
-    """Each slot's share of ``prefetchPerNode``: the node's total stays within the option, so
-    the reader's memory bound holds whatever the number of slots."""
-    return max(1, prefetch // slots)
+def slot_prefetch(prefetch: int, slots: int, slot: int | None) -> int:
+    """Slot ``slot``'s share of ``prefetchPerNode``: the shares add up to the option (at least
+    1 each), so the reader's memory bound and its per-node window stay what they were.
+
+    A group is pinned to one slot, so one group alone has only its slot's share in flight."""
+    if slot is None or slots <= 1:
+        return prefetch
+    return max(1, prefetch // slots + (1 if slot < prefetch % slots else 0))
 
 
 def bucket_for_slot(slot: int, node_index: int, buckets: int) -> int:

@@ -95,10 +95,9 @@ class NodeSubscription:
             dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
             self.dialect = dialect  # deliveries start before subscribe() returns (_message_key)
             self._slots = slot_ids(self.index, slot_count(dialect, self.options.num_partitions))
-            headers = self._flow_control(dialect, len(self._slots))
-            for sub_id in self._slots:  # several where the broker hides groups (read/slots.py)
-                conn.subscribe(destination=dialect.destination(self.options.connection.queue),
-                               id=sub_id, ack=self.options.ack_mode, headers=headers)
+            for sub_id, slot in self._slots.items():  # several where the broker hides groups
+                conn.subscribe(destination=dialect.destination(self.options.connection.queue), id=sub_id,
+                               ack=self.options.ack_mode, headers=self._flow_control(dialect, slot))
         except Exception:
             close_connection(conn)
             raise
@@ -112,7 +111,7 @@ class NodeSubscription:
         log.info("subscribed to %s on node %s (%s)", self.options.connection.queue,
                  self.node.name, dialect.name)
 
-    def _flow_control(self, dialect: BrokerDialect, slots: int = 1) -> dict[str, str]:
+    def _flow_control(self, dialect: BrokerDialect, slot: int | None = None) -> dict[str, str]:
         """SUBSCRIBE headers that let a node deliver ``prefetchPerNode`` messages ahead of acks.
 
         Where the broker counts bytes, the dialect sizes its window from the expected message
@@ -123,7 +122,7 @@ class NodeSubscription:
         body = 1024
         if opts.max_bytes_per_trigger and opts.max_messages_per_trigger:
             body = max(64, opts.max_bytes_per_trigger // opts.max_messages_per_trigger)
-        return dialect.subscribe_headers(slot_prefetch(opts.prefetch_per_node, slots), body_bytes=body,
+        return dialect.subscribe_headers(slot_prefetch(opts.prefetch_per_node, len(self._slots), slot), body_bytes=body,
                                          batch_bytes=opts.max_bytes_per_trigger or 0)
 
     def start(self) -> None:
