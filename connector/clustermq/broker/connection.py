@@ -3,7 +3,8 @@
 stomp.py's own ``connect(wait=True)`` can wait forever and retries hosts itself; the connector
 keeps its own node list and back-off, so here a connection is one attempt with a deadline. Every
 STOMP connection of the connector is opened here: reader, browse, publisher, staging mover,
-depth probe, and the development tools' plain clients.
+depth probe, and the development tools' plain clients. A failover group's members are tried
+here in order, so every one of those paths reaches whichever member of a pair is live.
 """
 
 from __future__ import annotations
@@ -33,12 +34,36 @@ def open_connection(
 ) -> tuple[stomp.Connection12, dict[str, str]]:
     """Connect and log in to ``node``; return the connection and the CONNECTED headers.
 
+    A failover group (``masterslave:(...)``) is tried member by member in order and the first
+    that accepts is used: a slave or backup accepts nothing until it took over the store, so
+    the live member is the one that answers. The caller's back-off applies to the whole group;
+    when no member accepts, the error names each member's reason.
+
     ``listener`` gets the connection's frames from the start (deliveries can follow the
     SUBSCRIBE before it returns). The login waits at most ``options.connect_timeout_s``; the
     TCP connect at most ``socket_timeout_s`` (default: the same). ``options.heartbeat_ms`` 0
     asks for no heart-beats (a short-lived probe). Bodies stay bytes (``auto_decode=False``):
     message bodies are binary in the schema.
     """
+    if not node.members:
+        return _open_member(node, options, listener, listener_name, socket_timeout_s)
+    reasons = []
+    for member in node.endpoints():
+        try:
+            return _open_member(member, options, listener, listener_name, socket_timeout_s)
+        except NodeUnavailable as exc:
+            reasons.append(f"{member.name}: {exc.reason}")
+    raise NodeUnavailable(node, "no member accepts (" + "; ".join(reasons) + ")")
+
+
+def _open_member(
+    node: Node,
+    options: ConnectionOptions,
+    listener: stomp.ConnectionListener | None,
+    listener_name: str,
+    socket_timeout_s: float | None,
+) -> tuple[stomp.Connection12, dict[str, str]]:
+    """One attempt at one address (a plain node or one member of a group)."""
     heartbeat = options.heartbeat_ms
     socket_timeout = options.connect_timeout_s if socket_timeout_s is None else socket_timeout_s
     # ActiveMQ Classic writes a keep-alive only when it wrote nothing during the last whole

@@ -28,6 +28,9 @@ class NodeState:
     pid: int | None = None
     log_offset: int = 0  # size of broker.log when the current process was started
     started_at: float | None = None  # time.time() of the current process's start
+    # A standby member of a failover pair: the index of the node it backs up (same broker name,
+    # same store); None for a node of the network itself.
+    backup_of: int | None = None
 
 
 @dataclass
