@@ -90,16 +90,16 @@ def _open_member(
     try:
         conn.connect(username=username, passcode=password, wait=False)
     except (StompException, OSError) as exc:
-        _quiet_disconnect(conn)
+        _abandon(conn, listener_name)
         reason = tls_failure(node, socket_timeout)
         raise NodeUnavailable(node, reason or f"cannot connect ({type(exc).__name__})") from None
     if not login.wait_settled(options.connect_timeout_s):
-        _quiet_disconnect(conn)
+        _abandon(conn, listener_name)
         raise NodeUnavailable(
             node, f"no CONNECTED frame within {options.connect_timeout_s:.1f} s"
         )
     if not login.connected.is_set() or not conn.is_connected():
-        _quiet_disconnect(conn)
+        _abandon(conn, listener_name)
         if login.error is not None:
             reason = login.error
         elif login.lost.is_set():
@@ -113,6 +113,13 @@ def _open_member(
     if options.heartbeat_ms:
         _send_heartbeats_early(conn)
     return conn, login.connected_headers
+
+
+def _abandon(conn: stomp.Connection12, listener_name: str) -> None:
+    """Close a failed attempt without telling the caller's listener: the caller gets the error,
+    and a "disconnected" from this attempt must not mark the next member's connection lost."""
+    conn.remove_listener(listener_name)
+    _quiet_disconnect(conn)
 
 
 def _send_heartbeats_early(conn: stomp.Connection12, wait_s: float = 1.0) -> None:
