@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Broker, cluster_flavors
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from test_reader import drain, start_collecting
-from test_reader_faults import wait_for
 
 from clustermq.devtools.localcluster.cluster import LocalCluster
+from conftest import Broker, cluster_flavors
+from test_reader import drain, start_collecting
+from test_reader_faults import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -129,21 +129,27 @@ def test_writer_during_a_killed_live_member_completes_or_fails_and_a_rerun_loses
     total = 6000
     df: DataFrame = spark.range(total).repartition(6).select(F.col("id").cast("string").alias("body"))
     outcome: list[BaseException | None] = []
-
-    def write() -> None:
-        try:
-            df.write.format("clustermq").mode("append").options(**pairs.reader_options(queue)).save()
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - the outcome is asserted below
-            outcome.append(exc)
-
+    killed: list[int] = []
     tracker = spark.sparkContext.statusTracker()
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
-    wait_for(lambda: bool(tracker.getActiveStageIds()) or bool(outcome), 60, "the write's tasks")
-    member = pairs.cluster.kill_live(VICTIM)
-    writer.join(300)
-    assert outcome, "the write neither completed nor failed in 300 s"
+
+    def kill_when_tasks_run() -> None:
+        """The write runs in the test's thread (a Python data source is looked up through the
+        calling thread's session); the kill comes from here once its tasks run."""
+        deadline = time.monotonic() + 60
+        while not tracker.getActiveStageIds() and not outcome and time.monotonic() < deadline:
+            time.sleep(0.02)
+        killed.append(pairs.cluster.kill_live(VICTIM))
+
+    killer = threading.Thread(target=kill_when_tasks_run, daemon=True)
+    killer.start()
+    try:
+        df.write.format("clustermq").mode("append").options(**pairs.reader_options(queue)).save()
+        outcome.append(None)
+    except Exception as exc:  # the outcome is asserted below
+        outcome.append(exc)
+    killer.join(120)
+    assert killed, "the live member was not killed"
+    member = killed[0]
     runs = 1
     if outcome[0] is not None:
         print(f"\n[{pairs.flavor}] write during the kill failed cleanly: {str(outcome[0])[:300]}")

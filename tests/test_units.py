@@ -34,6 +34,18 @@ def test_nodes_parse_and_format_round_trip() -> None:
     assert parse_nodes(format_nodes(nodes[:4])) == nodes[:4]
 
 
+def test_a_failover_group_is_one_node_named_stably() -> None:
+    text = "127.0.0.1:61613, masterslave:(127.0.0.1:61623,stomp+ssl://mq.example:61614),127.0.0.1:61633"
+    nodes = parse_nodes(text)
+    assert [n.name for n in nodes] == [
+        "127.0.0.1:61613", "masterslave:(127.0.0.1:61623,ssl://mq.example:61614)", "127.0.0.1:61633"]
+    group = nodes[1]
+    assert [m.name for m in group.endpoints()] == ["127.0.0.1:61623", "ssl://mq.example:61614"]
+    assert group.ssl and (group.host, group.port) == ("127.0.0.1", 61623)
+    assert parse_nodes(format_nodes(nodes)) == nodes
+    assert parse_nodes(text.replace(" ", "")) == nodes  # same text, same offset key
+
+
 @pytest.mark.parametrize(
     "text, fragment",
     [
