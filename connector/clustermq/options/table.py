@@ -43,7 +43,7 @@ def default_prefetch(max_messages_per_trigger: int | None) -> int:
 
 
 # ---------------------------------------------------------------------------- the table (README order)
-BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`. Required.")
+BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`; a master/slave or primary/backup pair is one node, `masterslave:(host:port,host:port)`, members in failover order (see Failover pairs). Required.")
 QUEUE = QueueName("queue", meaning="Queue name (without `/queue/`). Required. At most 1024 bytes; no spaces, control characters, `,` `:` `*` `>` `#` `?` (brokers read them as composite destinations, wildcards or destination options).")
 FLAVOR = Choice("flavor", default="auto", allowed=FLAVORS, meaning="Broker kind: `auto` (from the CONNECTED frame's `server` header), " + " or ".join(f"`{name}`" for name in DIALECTS) + ".")
 USERNAME = Text("username", meaning="Login user for every node.")
@@ -76,13 +76,15 @@ RECEIPT_TIMEOUT = Millis("receiptTimeout", default=60000, minimum=1, applies_to=
 MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", meaning="Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node) without consuming it; ActiveMQ Classic only. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`spark_jobs/export_backlog.py --mode drain`).")
 BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Batch read: milliseconds a node's browse may go without a message before the read fails.")
 
+PRIORITY_NODES = Text("priorityNodes", applies_to="write", shown="none: every node", meaning="Writer: comma-separated nodes of `brokers`, written as there (a pair as its `masterslave:(...)` group), that get every message while one of them is reachable, balanced over them by `loadBalancingPolicy` (rows with a group id by their group's hash over them); the other nodes get messages only while none of these is reachable. Each task and micro-batch tries them first again.")
+
 OPTIONS: tuple[Option[Any], ...] = (
     BROKERS, QUEUE, FLAVOR, USERNAME, PASSWORD, NUM_PARTITIONS, MAX_MESSAGES_PER_TRIGGER,
     MAX_BYTES_PER_TRIGGER, PREFETCH_PER_NODE, GROUP_ID_HEADER, ACK_MODE, INITIAL_RECONNECT_DELAY,
     MAX_RECONNECT_DELAY, USE_EXPONENTIAL_BACK_OFF, BACK_OFF_MULTIPLIER, SSL_CA_FILE, SSL_CERT_FILE,
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
-    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT,
+    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT, PRIORITY_NODES,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}
