@@ -83,6 +83,9 @@ class ReadinessWaits(ClusterDir):
         """
         # A pair's standby members are not in the mesh until they take over.
         network = [n for n in state.nodes if n.backup_of is None]
+        if involving is not None:  # a node restarted while others are down joins those that run
+            network = [n for n in network
+                       if n.index == involving or process.is_running(n.pid, self._marker(n.index))]
         if len(network) < 2:
             return
         names = {n.name for n in network}
