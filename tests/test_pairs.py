@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from conftest import Broker, cluster_flavors
-from test_reader import drain, start_collecting
+from test_reader import drain
 from test_reader_faults import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -72,24 +72,23 @@ def test_reader_keeps_reading_through_a_killed_live_member(
     total, batch = 6000, 300
     victim = pairs.cluster.nodes()[VICTIM].name
     collected: list[Row] = []
-    arrivals: list[tuple[float, int, Counter[str]]] = []  # (time, batches collected, rows per node)
+    arrivals: list[tuple[float, int, Counter[str]]] = []  # (time, batch id, rows per node)
     options = pairs.reader_options(queue, maxMessagesPerTrigger=batch, initialReconnectDelay=200,
                                    maxReconnectDelay=1000)
     pairs.produce(queue, total - 1000)
-    query = start_collecting(spark, options, tmp_path, collected)
 
-    def note() -> None:
-        while query.isActive:
-            seen = len(collected)
-            time.sleep(0.05)
-            if len(collected) > seen:
-                arrivals.append((time.monotonic(), len(arrivals), Counter(r.node for r in collected[seen:])))
+    def collect(frame: DataFrame, batch_id: int) -> None:
+        rows = frame.select(F.col("headers")["loadgen_id"].cast("int").alias("id"), "node").collect()
+        collected.extend(rows)
+        arrivals.append((time.monotonic(), batch_id, Counter(r.node for r in rows)))
 
-    watcher = threading.Thread(target=note, daemon=True)
-    watcher.start()
+    query = (spark.readStream.format("clustermq").options(**options).load()
+             .writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="200 milliseconds").start())
     try:
         wait_for(lambda: Counter(r.node for r in collected)[victim] >= batch // PAIRS, 120, "first batches")
-        before = len(arrivals)
+        before = arrivals[-1][1] if arrivals else -1  # the last batch that ran before the kill
         killed_at = time.monotonic()
         member = pairs.cluster.kill_live(VICTIM)
         pairs.cluster.live_member(VICTIM, timeout=60)
@@ -100,10 +99,9 @@ def test_reader_keeps_reading_through_a_killed_live_member(
         assert query.isActive and query.exception() is None
     finally:
         query.stop()
-        watcher.join(10)
-    # A batch planned on the dead connection may still arrive after the kill: the first from the
-    # new live member is in the second arrival after the kill or later.
-    after = [t for t, i, per_node in arrivals if i >= before + 1 and per_node[victim]]
+    # The batch running at the kill and the next may hold what the dead connection delivered;
+    # a later batch's rows of the pair come from the new live member (an upper bound).
+    after = [t for t, i, per_node in arrivals if i >= before + 2 and per_node[victim]]
     failover = after[0] - killed_at if after else float("nan")
     ids = Counter(r.id for r in collected)
     duplicated = {i: c for i, c in ids.items() if c > 1}
@@ -112,11 +110,19 @@ def test_reader_keeps_reading_through_a_killed_live_member(
           f"{total} messages, {len(duplicated)} read twice")
     assert set(ids) == set(range(total))
     # Only what the dead connection had planned or delivered unacknowledged comes again: each at
-    # most twice, at most two batches' worth, and only from the victim's pair.
+    # most twice, at most two batches' worth, one copy from the victim's pair (the connection
+    # that died). The other copy comes from the new live member, or from the other pair when the
+    # network moved it there meanwhile (Classic: the new master forwards to a node with a consumer).
     assert all(c == 2 for c in duplicated.values()), duplicated
     assert len(duplicated) <= 2 * batch, len(duplicated)
-    twice_from = Counter(r.node for r in collected if r.id in duplicated)
-    assert set(twice_from) <= {victim}, twice_from
+    copies_from: dict[int, list[str]] = {}
+    for r in collected:
+        if r.id in duplicated:
+            copies_from.setdefault(r.id, []).append(r.node)
+    assert all(victim in where for where in copies_from.values()), \
+        [(i, w) for i, w in copies_from.items() if victim not in w][:5]
+    moved = sum(1 for where in copies_from.values() if set(where) != {victim})
+    print(f"[{pairs.flavor}] of the {len(duplicated)} read twice, {moved} had the second copy from the other pair")
 
 
 def test_writer_during_a_killed_live_member_completes_or_fails_and_a_rerun_loses_nothing(
