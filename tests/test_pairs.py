@@ -171,3 +171,34 @@ def test_writer_during_a_killed_live_member_completes_or_fails_and_a_rerun_loses
     if runs == 1:
         assert sum(bodies.values()) == total
     assert all(d == 0 for d in pairs.wait_depth_zero(queue).values())
+
+
+def test_cluster_commands_show_roles_kill_the_live_member_and_restart_it_as_standby(pairs: Broker) -> None:
+    """``cluster status`` shows each member's pair and role; ``cluster kill N`` SIGKILLs node N's
+    live member (the standby takes over); ``cluster start N`` brings it back as the standby."""
+    import subprocess
+    import sys
+
+    directory = str(pairs.cluster.dir)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "clustermq.devtools.cli", "cluster", *args, "--dir", directory],
+                              capture_output=True, text=True, timeout=180)
+
+    def roles() -> dict[int, str]:  # member index -> role, from the status table
+        lines = cli("status").stdout.splitlines()
+        rows = [line.split() for line in lines if line[:1].isdigit()]
+        return {int(r[0]): r[6] for r in rows}
+
+    live = pairs.cluster.live_member(1)
+    assert live is not None
+    before = roles()
+    assert before[live] == "live" and sorted(before.values()).count("standby") == PAIRS, before
+    killed = cli("kill", "1")
+    assert killed.returncode == 0 and f"live member {live}" in killed.stdout, killed.stdout + killed.stderr
+    wait_for(lambda: pairs.cluster.live_member(1) not in (None, live), 60, "the standby to take over")
+    assert roles()[live] == "down"
+    started = cli("start", "1")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert roles()[live] == "standby"
+    assert cli("status").returncode == 0
