@@ -13,21 +13,7 @@ from clustermq.devtools.localcluster.readiness import READY_TIMEOUT
 
 
 class PairControl(ClusterDir):
-    """Roles of the members, and killing/restarting a node's live member."""
-
-    def roles(self) -> dict[int, str]:
-        """Member index -> ``live`` (accepts logins), ``standby`` (runs, waits for the lock), ``down``."""
-        state = self.state()
-        impl = get_flavor(state.flavor)
-        out = {}
-        for node in state.nodes:
-            if not process.is_running(node.pid, self._marker(node.index)):
-                out[node.index] = "down"
-            elif impl.probe_ready(state, node, timeout=2.0).ok:
-                out[node.index] = "live"
-            else:
-                out[node.index] = "standby"
-        return out
+    """Finding, killing and restarting a node's members by role (live, standby, down)."""
 
     def live_member(self, logical: int, timeout: float = 0.0) -> int | None:
         """Index of the member of node ``logical`` that accepts logins, polling up to ``timeout``."""
