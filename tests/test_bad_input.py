@@ -410,3 +410,36 @@ def test_poison_messages_are_kept_in_corrupt_never_dropped(
     assert sum(r.corrupt or 0 for r in reports) == len(POISON)
     assert all("unparsable (kept with their body in _corrupt)" in r.line() for r in reports)
     assert broker.wait_depth_zero(queue) == zero(broker)
+
+
+@pytest.mark.parametrize(
+    "brokers, fragment",
+    [
+        ("masterslave:({node})", "has one member"),
+        ("masterslave:{node},{node}", "is not a failover group"),
+        ("masterslave:({node},127.0.0.1:1", "unclosed '('"),
+        ("masterslave:(({node},127.0.0.1:1))", "nested parentheses"),
+        ("{node},masterslave:({node},127.0.0.1:1)", "listed twice"),
+        ("masterslave:({node},tcp://127.0.0.1:1)", "unknown scheme 'tcp'"),
+    ],
+)
+def test_a_bad_failover_group_in_brokers_names_the_option_and_the_grammar(
+    spark: SparkSession, broker: Any, brokers: str, fragment: str
+) -> None:
+    """Reader and writer refuse a malformed ``masterslave:(...)`` group before anything moves."""
+    queue = new_queue("badgroup")
+    broker.produce(queue, 10)
+    options = broker.reader_options(queue)
+    options["brokers"] = brokers.format(node=broker.cluster.nodes()[0].name)
+    with pytest.raises(Exception) as err:
+        spark.readStream.format("clustermq").options(**options).load()
+    text = str(err.value)
+    assert "option 'brokers'" in text and fragment in text, text
+    with pytest.raises(Exception) as err:
+        spark.createDataFrame([("x",)], "body string").write.format("clustermq").mode("append") \
+            .options(**options).save()
+    text = str(err.value)
+    assert "option 'brokers'" in text and fragment in text, text
+    if fragment in ("has one member", "is not a failover group", "nested parentheses"):
+        assert "masterslave:(host:port,host:port" in text, text
+    assert sum(d or 0 for d in broker.depths(queue).values()) == 10  # nothing consumed or sent

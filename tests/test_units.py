@@ -34,6 +34,18 @@ def test_nodes_parse_and_format_round_trip() -> None:
     assert parse_nodes(format_nodes(nodes[:4])) == nodes[:4]
 
 
+def test_a_failover_group_is_one_node_named_stably() -> None:
+    text = "127.0.0.1:61613, masterslave:(127.0.0.1:61623,stomp+ssl://mq.example:61614),127.0.0.1:61633"
+    nodes = parse_nodes(text)
+    assert [n.name for n in nodes] == [
+        "127.0.0.1:61613", "masterslave:(127.0.0.1:61623,ssl://mq.example:61614)", "127.0.0.1:61633"]
+    group = nodes[1]
+    assert [m.name for m in group.endpoints()] == ["127.0.0.1:61623", "ssl://mq.example:61614"]
+    assert group.ssl and (group.host, group.port) == ("127.0.0.1", 61623)
+    assert parse_nodes(format_nodes(nodes)) == nodes
+    assert parse_nodes(text.replace(" ", "")) == nodes  # same text, same offset key
+
+
 @pytest.mark.parametrize(
     "text, fragment",
     [
@@ -338,3 +350,21 @@ def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
     assert len(recent) == 3 and not recent.seen_before("b")  # "b" was evicted
     recent.forget(["b", None])
     assert not recent.seen_before("b")
+
+
+# ----------------------------------------------------------------------------- priority backup
+def test_priority_nodes_are_a_validated_subset_and_lead_the_failover_order() -> None:
+    from clustermq.options import WriteOptions
+    from clustermq.write.load_balancing import failover_order
+
+    brokers = BROKERS + ",masterslave:(127.0.0.1:61643,127.0.0.1:61653)"
+    parse = lambda **extra: WriteOptions.parse({"brokers": brokers, "queue": "q", **extra})  # noqa: E731
+    assert parse().priority == ()
+    assert parse(prioritynodes="masterslave:(127.0.0.1:61643,127.0.0.1:61653),127.0.0.1:61613").priority == (0, 3)
+    for bad, fragment in [("127.0.0.1:9", "not in 'brokers'"), (" ", "is empty"), ("x", "no port")]:
+        with pytest.raises(OptionError) as err:
+            parse(prioritynodes=bad)
+        assert "priorityNodes" in str(err.value) and fragment in str(err.value), str(err.value)
+    assert failover_order(1, 4, (0, 3)) == [3, 0, 1, 2]
+    assert failover_order(3, 4, (0, 3)) == [3, 0, 1, 2]
+    assert failover_order(1, 4) == [1, 2, 3, 0]

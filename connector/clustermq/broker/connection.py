@@ -3,7 +3,8 @@
 stomp.py's own ``connect(wait=True)`` can wait forever and retries hosts itself; the connector
 keeps its own node list and back-off, so here a connection is one attempt with a deadline. Every
 STOMP connection of the connector is opened here: reader, browse, publisher, staging mover,
-depth probe, and the development tools' plain clients.
+depth probe, and the development tools' plain clients. A failover group's members are tried
+here in order, so every one of those paths reaches whichever member of a pair is live.
 """
 
 from __future__ import annotations
@@ -33,12 +34,36 @@ def open_connection(
 ) -> tuple[stomp.Connection12, dict[str, str]]:
     """Connect and log in to ``node``; return the connection and the CONNECTED headers.
 
+    A failover group (``masterslave:(...)``) is tried member by member in order and the first
+    that accepts is used: a slave or backup accepts nothing until it took over the store, so
+    the live member is the one that answers. The caller's back-off applies to the whole group;
+    when no member accepts, the error names each member's reason.
+
     ``listener`` gets the connection's frames from the start (deliveries can follow the
     SUBSCRIBE before it returns). The login waits at most ``options.connect_timeout_s``; the
     TCP connect at most ``socket_timeout_s`` (default: the same). ``options.heartbeat_ms`` 0
     asks for no heart-beats (a short-lived probe). Bodies stay bytes (``auto_decode=False``):
     message bodies are binary in the schema.
     """
+    if not node.members:
+        return _open_member(node, options, listener, listener_name, socket_timeout_s)
+    reasons = []
+    for member in node.endpoints():
+        try:
+            return _open_member(member, options, listener, listener_name, socket_timeout_s)
+        except NodeUnavailable as exc:
+            reasons.append(f"{member.name}: {exc.reason}")
+    raise NodeUnavailable(node, "no member accepts (" + "; ".join(reasons) + ")")
+
+
+def _open_member(
+    node: Node,
+    options: ConnectionOptions,
+    listener: stomp.ConnectionListener | None,
+    listener_name: str,
+    socket_timeout_s: float | None,
+) -> tuple[stomp.Connection12, dict[str, str]]:
+    """One attempt at one address (a plain node or one member of a group)."""
     heartbeat = options.heartbeat_ms
     socket_timeout = options.connect_timeout_s if socket_timeout_s is None else socket_timeout_s
     # ActiveMQ Classic writes a keep-alive only when it wrote nothing during the last whole
@@ -65,16 +90,16 @@ def open_connection(
     try:
         conn.connect(username=username, passcode=password, wait=False)
     except (StompException, OSError) as exc:
-        _quiet_disconnect(conn)
+        _abandon(conn, listener_name)
         reason = tls_failure(node, socket_timeout)
         raise NodeUnavailable(node, reason or f"cannot connect ({type(exc).__name__})") from None
     if not login.wait_settled(options.connect_timeout_s):
-        _quiet_disconnect(conn)
+        _abandon(conn, listener_name)
         raise NodeUnavailable(
             node, f"no CONNECTED frame within {options.connect_timeout_s:.1f} s"
         )
     if not login.connected.is_set() or not conn.is_connected():
-        _quiet_disconnect(conn)
+        _abandon(conn, listener_name)
         if login.error is not None:
             reason = login.error
         elif login.lost.is_set():
@@ -88,6 +113,13 @@ def open_connection(
     if options.heartbeat_ms:
         _send_heartbeats_early(conn)
     return conn, login.connected_headers
+
+
+def _abandon(conn: stomp.Connection12, listener_name: str) -> None:
+    """Close a failed attempt without telling the caller's listener: the caller gets the error,
+    and a "disconnected" from this attempt must not mark the next member's connection lost."""
+    conn.remove_listener(listener_name)
+    _quiet_disconnect(conn)
 
 
 def _send_heartbeats_early(conn: stomp.Connection12, wait_s: float = 1.0) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from clustermq.broker.nodes import Node, parse_nodes
 from clustermq.broker.settings import ConnectionOptions
+from clustermq.errors import OptionError
 from clustermq.options.connection import parse_connection_options
 from clustermq.options.table import (
     ACK_MODE,
@@ -21,6 +23,7 @@ from clustermq.options.table import (
     NUM_PARTITIONS,
     PERSISTENT,
     PREFETCH_PER_NODE,
+    PRIORITY_NODES,
     RECEIPT_TIMEOUT,
     REPLAY_TIMEOUT,
     check_known,
@@ -81,6 +84,8 @@ class WriteOptions:
     headers_from_columns: bool
     receipt_timeout_s: float
     discovery: str = "none"
+    #: indices into ``connection.nodes`` of the preferred nodes (``priorityNodes``); () for none
+    priority: tuple[int, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -96,4 +101,24 @@ class WriteOptions:
             headers_from_columns=HEADERS_FROM_COLUMNS.read(raw),
             receipt_timeout_s=receipt_timeout_s,
             discovery=DISCOVERY.read(raw),
+            priority=_priority(raw, conn.nodes),
         )
+
+
+def _priority(raw: Mapping[str, str], nodes: tuple[Node, ...]) -> tuple[int, ...]:
+    """``priorityNodes`` as indices of ``brokers``: each must be one of its nodes, none twice."""
+    text = PRIORITY_NODES.read(raw)
+    if text is None:
+        return ()
+    try:
+        wanted = parse_nodes(text, PRIORITY_NODES.name) if text.strip() else ()
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    if not wanted:
+        raise PRIORITY_NODES.error("is empty; name one or more nodes of 'brokers'")
+    names = [n.name for n in nodes]
+    unknown = [n.name for n in wanted if n.name not in names]
+    if unknown:
+        raise PRIORITY_NODES.error(
+            f"{', '.join(unknown)} not in 'brokers'; allowed: a subset of {', '.join(names)}")
+    return tuple(sorted(names.index(n.name) for n in wanted))

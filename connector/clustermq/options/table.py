@@ -43,7 +43,7 @@ def default_prefetch(max_messages_per_trigger: int | None) -> int:
 
 
 # ---------------------------------------------------------------------------- the table (README order)
-BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`. Required.")
+BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`; a master/slave or primary/backup pair is one node, `masterslave:(host:port,host:port)`, members in failover order (see Failover pairs). Required.")
 QUEUE = QueueName("queue", meaning="Queue name (without `/queue/`). Required. At most 1024 bytes; no spaces, control characters, `,` `:` `*` `>` `#` `?` (brokers read them as composite destinations, wildcards or destination options).")
 FLAVOR = Choice("flavor", default="auto", allowed=FLAVORS, meaning="Broker kind: `auto` (from the CONNECTED frame's `server` header), " + " or ".join(f"`{name}`" for name in DIALECTS) + ".")
 USERNAME = Text("username", meaning="Login user for every node.")
@@ -77,6 +77,7 @@ MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", m
 BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Batch read: milliseconds a node's browse may go without a message before the read fails.")
 
 DISCOVERY = Choice("discovery", default="none", allowed=("none", "cluster"), meaning="`none`: `brokers` lists every node. `cluster`: `brokers` names one or a few seed nodes; the connector asks the first that answers for the cluster's members (Classic: statistics plugin and network-bridge advisories; Artemis: `listNetworkTopology` on the management address) and takes each peer's STOMP port to be its cluster port plus the seed's offset between the two (see Cluster membership). A streaming read asks again every few seconds and subscribes to nodes that joined; a write asks once when it starts.")
+PRIORITY_NODES = Text("priorityNodes", applies_to="write", shown="none: every node", meaning="Writer: comma-separated nodes of `brokers`, written as there (a pair as its `masterslave:(...)` group), that get every message while one of them is reachable, balanced over them by `loadBalancingPolicy` (rows with a group id by their group's hash over them); the other nodes get messages only while none of these is reachable. Each task and micro-batch tries them first again.")
 
 OPTIONS: tuple[Option[Any], ...] = (
     BROKERS, QUEUE, FLAVOR, USERNAME, PASSWORD, NUM_PARTITIONS, MAX_MESSAGES_PER_TRIGGER,
@@ -84,7 +85,7 @@ OPTIONS: tuple[Option[Any], ...] = (
     MAX_RECONNECT_DELAY, USE_EXPONENTIAL_BACK_OFF, BACK_OFF_MULTIPLIER, SSL_CA_FILE, SSL_CERT_FILE,
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
-    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY,
+    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY, PRIORITY_NODES,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}

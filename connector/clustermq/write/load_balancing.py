@@ -51,9 +51,22 @@ def group_node(group_id: str, nodes: int) -> int:
     return bucket_for_group(group_id, nodes)
 
 
-def failover_order(preferred: int, nodes: int) -> list[int]:
-    """``preferred`` first, then the following nodes of the list, wrapping around."""
-    return [(preferred + k) % nodes for k in range(nodes)]
+def failover_order(preferred: int, nodes: int, priority: tuple[int, ...] = ()) -> list[int]:
+    """``preferred`` first, then the following nodes of the list, wrapping around.
+
+    With ``priority`` (``priorityNodes``): the preferred nodes first, from ``preferred`` on,
+    then the others in the same wrapping order, so the others only take what no preferred node
+    can (priority backup).
+    """
+    order = [(preferred + k) % nodes for k in range(nodes)]
+    if not priority:
+        return order
+    return [i for i in order if i in priority] + [i for i in order if i not in priority]
+
+
+def among(priority: tuple[int, ...], nodes: int) -> tuple[int, ...]:
+    """The node indices a policy or group hash chooses from: the preferred ones, else all."""
+    return priority or tuple(range(nodes))
 
 
 def job_key(job_id: str, batch_id: int) -> str:

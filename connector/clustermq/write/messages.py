@@ -21,7 +21,7 @@ from clustermq.errors import InputError, OptionError
 from clustermq.options import WriteOptions
 from clustermq.write.headers import ID_HEADER, JOB_HEADER, TARGET_HEADER, TASK_HEADER
 from clustermq.write.layout import InputLayout, check_header_name
-from clustermq.write.load_balancing import group_node
+from clustermq.write.load_balancing import among, group_node
 from clustermq.write.publisher import Outgoing
 
 
@@ -56,6 +56,7 @@ class MessageBuilder:
             self._fixed["persistent"] = "true"
         self._prefix = f"{self.job_id}:{self.batch_id}:{self.partition}:"
         self._nodes = len(self.options.connection.nodes)
+        self._candidates = among(self.options.priority, self._nodes)
         self._queue = self.options.connection.queue
         self._group_header = self.options.connection.group_id_header
         self._checked_destinations: set[str] = set()
@@ -112,7 +113,7 @@ class MessageBuilder:
             group = groups[i] if groups is not None else None
             if group is not None:
                 group = str(group)
-                preferred = group_node(group, self._nodes)
+                preferred = self._candidates[group_node(group, len(self._candidates))]
                 headers[self._group_header] = group
             else:
                 preferred = self.default_node

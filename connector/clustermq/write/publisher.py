@@ -98,7 +98,7 @@ class TaskPublisher:
     # ------------------------------------------------------------------ routing
     def _link_for(self, preferred: int) -> _Link:
         """The first reachable node of ``preferred``'s failover order (connecting if needed)."""
-        for index in failover_order(preferred, len(self.nodes)):
+        for index in failover_order(preferred, len(self.nodes), self.options.priority):
             if index in self._dead:
                 continue
             link = self._links.get(index)

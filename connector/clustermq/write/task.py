@@ -25,7 +25,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from clustermq.options import WriteOptions
 from clustermq.write.headers import staging_queue
 from clustermq.write.layout import InputLayout
-from clustermq.write.load_balancing import job_key, task_node
+from clustermq.write.load_balancing import among, job_key, task_node
 from clustermq.write.messages import MessageBuilder
 from clustermq.write.publisher import TaskPublisher
 
@@ -87,11 +87,11 @@ def write_task(
     """
     started = time.monotonic()
     tag = uuid.uuid4().hex
-    nodes = len(options.connection.nodes)
-    default_node = task_node(
-        options.load_balancing_policy, nodes, job_key(identity.job_id, identity.batch_id),
+    candidates = among(options.priority, len(options.connection.nodes))
+    default_node = candidates[task_node(
+        options.load_balancing_policy, len(candidates), job_key(identity.job_id, identity.batch_id),
         identity.partition,
-    )
+    )]
     builder = MessageBuilder(
         layout, options, identity.job_id, identity.batch_id, identity.partition, tag, default_node
     )

@@ -18,6 +18,7 @@ from clustermq.devtools.localcluster import process
 from clustermq.devtools.localcluster.classic import java_executable
 from clustermq.devtools.localcluster.fetch import ARTEMIS_VERSION, ensure_distribution
 from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.pairs import is_paired, logical_index, member_label, store_dir
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
 from clustermq.devtools.localcluster.tls import keystore_password
@@ -121,11 +122,11 @@ class ArtemisFlavor(BrokerFlavor):
             (node_dir / sub).mkdir(parents=True, exist_ok=True)
         peers = [peer for peer in cluster.nodes if peer.index != node.index]
         peer_connectors = "\n".join(
-            f'      <connector name="{xml_attr(peer.name)}">tcp://127.0.0.1:{peer.peer_port}</connector>'
+            f'      <connector name="{xml_attr(member_label(peer))}">tcp://127.0.0.1:{peer.peer_port}</connector>'
             for peer in peers
         )
         static_connectors = "\n".join(
-            f"          <connector-ref>{xml_attr(peer.name)}</connector-ref>" for peer in peers
+            f"          <connector-ref>{xml_attr(member_label(peer))}</connector-ref>" for peer in peers
         )
         # A cluster connection needs at least one static connector: a 1-node cluster has none.
         cluster_connections = ""
@@ -146,7 +147,7 @@ class ArtemisFlavor(BrokerFlavor):
             load_template("artemis", "broker.xml.tmpl"),
             {
                 "broker_name": xml_attr(node.name),
-                "data_dir": xml_attr(node_dir / "data"),
+                "data_dir": xml_attr(store_dir(node, node_dir) / "data"),
                 "global_max_size": GLOBAL_MAX_SIZE,
                 "max_disk_usage": MAX_DISK_USAGE,
                 "cluster_user": xml_attr(CLUSTER_USER),
@@ -157,7 +158,7 @@ class ArtemisFlavor(BrokerFlavor):
                 "max_frame_size": MAX_FRAME_SIZE,
                 "peer_connectors": peer_connectors,
                 "cluster_connections": cluster_connections,
-                "ha_policy": ha_policy,
+                "ha_policy": self._ha_policy(cluster, node) or ha_policy,
             },
         )
         write_file(etc / "broker.xml", broker_xml)
@@ -190,6 +191,18 @@ class ArtemisFlavor(BrokerFlavor):
         write_file(etc / "log4j2.properties", load_template("artemis", "log4j2.properties.tmpl"))
         write_file(etc / "management.xml", load_template("artemis", "management.xml.tmpl"))
 
+    @staticmethod
+    def _ha_policy(cluster: ClusterState, node: NodeState) -> str:
+        """Shared-store HA for a member of a pair: the first member primary, the others backups."""
+        if not is_paired(cluster):
+            return ""
+        role = (
+            "        <primary><failover-on-shutdown>true</failover-on-shutdown></primary>"
+            if node.backup_of is None
+            else "        <backup><allow-failback>false</allow-failback></backup>"
+        )
+        return render(load_template("artemis", "ha-policy.xml.tmpl"), {"role": role}).rstrip("\n")
+
     def command(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> list[str]:
         home = Path(cluster.home)
         etc = node_dir / "etc"
@@ -219,7 +232,8 @@ class ArtemisFlavor(BrokerFlavor):
         AMQ224091 (retrying) or AMQ221029 (stopped) names the store-and-forward queue that the
         connected bridge used.
         """
-        by_port = {peer.peer_port: peer.name for peer in cluster.nodes if peer.index != node.index}
+        by_port = {peer.peer_port: peer.name for peer in cluster.nodes
+                   if logical_index(peer) != logical_index(node)}
         up: dict[str, bool] = {}
         sf_owner: dict[str, str] = {}
         for line in log_text.splitlines():

@@ -17,6 +17,7 @@ from pathlib import Path
 from clustermq.devtools.localcluster import process
 from clustermq.devtools.localcluster.fetch import CLASSIC_VERSION, ensure_distribution
 from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.pairs import LOCK_ACQUIRE_SLEEP_MS, is_paired, members, store_dir
 from clustermq.devtools.localcluster.paths import jdk_tool
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
@@ -137,6 +138,7 @@ class ClassicFlavor(BrokerFlavor):
         for sub in ("conf", "data", "tmp"):
             (node_dir / sub).mkdir(parents=True, exist_ok=True)
         connector_tmpl = load_template("classic", "network-connector.xml.tmpl")
+        paired = is_paired(cluster)
         connectors = [
             render(
                 connector_tmpl,
@@ -151,9 +153,9 @@ class ClassicFlavor(BrokerFlavor):
                     # a node added to a running cluster: the old nodes have no connector to it
                     "duplex": "true" if node.joined else "false",
                 },
-            ).rstrip("\n")
+            ).rstrip("\n") if not paired else self._pair_connector(cluster, node, peer.index)
             for peer in cluster.nodes
-            if peer.index != node.index
+            if peer.name != node.name and peer.backup_of is None
         ]
         broker_xml = render(
             load_template("classic", "activemq.xml.tmpl"),
@@ -163,7 +165,11 @@ class ClassicFlavor(BrokerFlavor):
                 # The broker empties its temp-store directory on start: give it its own sub-directory
                 # so java.io.tmpdir (the parent) survives.
                 "tmp_dir": xml_attr(node_dir / "tmp" / "broker"),
-                "kahadb_dir": xml_attr(node_dir / "data" / "kahadb"),
+                "kahadb_dir": xml_attr(store_dir(node, node_dir) / "data" / "kahadb"),
+                "kahadb_locker": (
+                    f'<locker><shared-file-locker lockAcquireSleepInterval="{LOCK_ACQUIRE_SLEEP_MS}"/></locker>'
+                    if paired else ""
+                ),
                 "network_connectors": "\n".join(connectors),
                 "username": xml_attr(cluster.username),
                 "password": xml_attr(cluster.password),
@@ -181,6 +187,22 @@ class ClassicFlavor(BrokerFlavor):
         )
         write_file(conf / "activemq.xml", broker_xml)
         write_file(conf / "log4j2.properties", load_template("classic", "log4j2.properties.tmpl"))
+
+    @staticmethod
+    def _pair_connector(cluster: ClusterState, node: NodeState, peer: int) -> str:
+        """A bridge to a failover pair: ``masterslave:`` tries its members in order."""
+        opts = f"?wireFormat.maxInactivityDuration={BRIDGE_INACTIVITY_MS}"
+        group = members(cluster, peer)
+        return render(
+            load_template("classic", "network-connector-pair.xml.tmpl"),
+            {
+                "broker_name": xml_attr(node.name),
+                "peer_name": xml_attr(group[0].name),
+                "peer_uris": xml_attr(",".join(f"tcp://127.0.0.1:{m.peer_port}{opts}" for m in group)),
+                "username": xml_attr(cluster.username),
+                "password": xml_attr(cluster.password),
+            },
+        ).rstrip("\n")
 
     def command(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> list[str]:
         home = Path(cluster.home)

@@ -18,10 +18,13 @@ from typing import Any, NamedTuple
 from clustermq.broker.nodes import Node, TlsSettings, format_nodes
 from clustermq.devtools.localcluster import process
 from clustermq.devtools.localcluster.clusterdir import NODE_DIR_NAME
-from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.flavor import Progress
 from clustermq.devtools.localcluster.flavors import get_flavor
+from clustermq.devtools.localcluster.joining import Joining
+from clustermq.devtools.localcluster.paircontrol import PairControl
+from clustermq.devtools.localcluster.pairs import client_nodes, is_paired, logical_index
 from clustermq.devtools.localcluster.ports import HOST, node_ports
-from clustermq.devtools.localcluster.readiness import READY_TIMEOUT, ReadinessWaits
+from clustermq.devtools.localcluster.readiness import READY_TIMEOUT
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.tls import TLS_DIR, generate_cluster_tls, keystore_password
 
@@ -38,7 +41,7 @@ class Credentials(NamedTuple):
     password: str
 
 
-class LocalCluster(ReadinessWaits):
+class LocalCluster(Joining, PairControl):
     """A cluster of broker processes rooted at one directory (layout: :class:`.ClusterDir`)."""
 
     # ----------------------------------------------------------------- inspection
@@ -47,9 +50,12 @@ class LocalCluster(ReadinessWaits):
         """The STOMP endpoints of all nodes, in node order.
 
         On a TLS cluster they are ``stomp+ssl`` nodes that trust the cluster's CA, so the depth
-        probe and the load generator can use them as they are.
+        probe and the load generator can use them as they are. A failover pair is one node, a
+        ``masterslave:(...)`` group of its members.
         """
         state = self.state()
+        if is_paired(state):
+            return client_nodes(state)
         tls = TlsSettings(ca_file=state.ca_file) if state.tls else None
         return tuple(
             Node(host=n.host, port=n.stomp_port, ssl=state.tls, tls=tls) for n in state.nodes
@@ -103,6 +109,8 @@ class LocalCluster(ReadinessWaits):
                     "ready": bool(probe and probe.ok),
                     "detail": probe.reason if probe else "not running",
                     "log": str(self.log_path(node.index)),
+                    "pair": logical_index(node),
+                    "role": "live" if probe and probe.ok else ("standby" if running else "down"),
                 }
             )
         return rows
@@ -129,6 +137,7 @@ class LocalCluster(ReadinessWaits):
         progress: Progress | None = None,
         tls: bool = False,
         scale_down: bool = False,
+        backups: int = 0,
     ) -> list[Node]:
         """Create and start a fresh cluster; return once every node accepts STOMP logins.
 
@@ -140,10 +149,18 @@ class LocalCluster(ReadinessWaits):
         password). When the flavor can report bridge state, also waits until every node is
         connected to every other, so a message sent anywhere can be consumed anywhere. On any
         failure every node already started is stopped before the error propagates.
+
+        With ``backups`` every node is a failover pair: that many standby members share its store
+        (:mod:`.pairs`); they start once the masters are up, and wait for the store's lock.
         """
         say = progress or log.info
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, got {nodes}")
+        if backups < 0:
+            raise ValueError(f"backups must be 0 or more, got {backups}")
+        if backups and scale_down:
+            raise ValueError("scale_down and backups exclude each other: a node's messages either "
+                             "stay in the store its standby takes over or move to a peer")
         impl = get_flavor(flavor)
         if password is not None and not password:
             raise ValueError("password must not be empty")
@@ -158,7 +175,7 @@ class LocalCluster(ReadinessWaits):
                         "run 'clustermq cluster down' first"
                     )
             home, version = impl.ensure_home(say)
-            ports = node_ports(nodes, base_port)
+            ports = node_ports(nodes * (1 + backups), base_port)
             for old in self.dir.glob("node*"):
                 if old.is_dir() and NODE_DIR_NAME.fullmatch(old.name):
                     shutil.rmtree(old)
@@ -169,7 +186,8 @@ class LocalCluster(ReadinessWaits):
                 username=username,
                 password=password or secrets.token_urlsafe(18),
                 nodes=[
-                    NodeState(index=i, name=f"node{i}", host=HOST, stomp_port=stomp, peer_port=peer)
+                    NodeState(index=i, name=f"node{i % nodes}", host=HOST, stomp_port=stomp, peer_port=peer,
+                              backup_of=None if i < nodes else i % nodes)
                     for i, (stomp, peer) in enumerate(ports)
                 ],
             )
@@ -185,7 +203,8 @@ class LocalCluster(ReadinessWaits):
             try:
                 for node in state.nodes:
                     impl.render_config(state, node, self.node_dir(node.index))
-                for node in state.nodes:
+                masters = [n for n in state.nodes if n.backup_of is None]
+                for node in masters:
                     say(
                         f"starting {impl.name} node {node.index} ({node.name}): "
                         f"stomp {node.host}:{node.stomp_port}, peer port {node.peer_port}"
@@ -193,12 +212,21 @@ class LocalCluster(ReadinessWaits):
                     self._launch(impl, state, node)
                 state.save(self.dir)
                 deadline = started + timeout
-                self._wait_ready(impl, state, [n.index for n in state.nodes], deadline, say, started)
+                self._wait_ready(impl, state, [n.index for n in masters], deadline, say, started)
+                # Standbys start after their masters hold the stores' locks.
+                for node in state.nodes:
+                    if node.backup_of is not None:
+                        say(f"starting {impl.name} standby {node.index} of {node.name}: stomp {node.host}:{node.stomp_port}")
+                        self._launch(impl, state, node)
+                state.save(self.dir)
+                for node in state.nodes:
+                    if node.backup_of is not None:
+                        self.wait_standby(node.index, deadline, say)
                 self._wait_mesh(impl, state, deadline, say, started)
             except BaseException:
                 self._stop_all(state)
                 raise
-        say(f"cluster of {nodes} {impl.name} nodes up in {time.monotonic() - started:.1f} s")
+        say(f"cluster of {nodes} {impl.name} nodes{f' (pairs of 1+{backups})' if backups else ''} up in {time.monotonic() - started:.1f} s")
         return list(self.nodes())
 
     def down(self, grace: float = STOP_GRACE) -> None:
@@ -255,50 +283,17 @@ class LocalCluster(ReadinessWaits):
             state.save(self.dir)
             deadline = started + timeout
             try:
-                self._wait_ready(impl, state, [i], deadline, say, started)
-                self._wait_mesh(impl, state, deadline, say, started, involving=i)
+                if is_paired(state):  # a pair member comes back as standby (or live if alone)
+                    self.wait_standby(i, deadline, say)
+                else:
+                    self._wait_ready(impl, state, [i], deadline, say, started)
+                    self._wait_mesh(impl, state, deadline, say, started, involving=i)
             except BaseException:
                 process.stop(node.pid, self._marker(i), grace=5.0)
                 node.pid = None
                 state.save(self.dir)
                 raise
             return time.monotonic() - started
-
-    def add_node(self, timeout: float = READY_TIMEOUT, progress: Progress | None = None) -> Node:
-        """Start one more node that joins the running cluster; return its STOMP endpoint.
-
-        Its config points at every existing node (Classic: duplex network connectors, so the
-        old nodes forward to it without a new config; Artemis: static connectors, after which
-        the cluster topology tells the others). Waits until it accepts logins and its bridges
-        are up.
-        """
-        say = progress or log.info
-        self.state()
-        with self._lock():
-            state = self.state()
-            impl = get_flavor(state.flavor)
-            if len(state.nodes) < 2:
-                raise ValueError("a node joins a cluster of at least 2 nodes: a 1-node cluster is "
-                                 "started without its cluster configuration")
-            index = max(n.index for n in state.nodes) + 1
-            ((stomp, peer),) = node_ports(1, None)
-            node = NodeState(index=index, name=f"node{index}", host=HOST, stomp_port=stomp,
-                             peer_port=peer, joined=True)
-            state.nodes.append(node)
-            impl.render_config(state, node, self.node_dir(index))
-            started = time.monotonic()
-            say(f"adding {impl.name} node {index} ({node.name}): stomp {node.host}:{stomp}, peer port {peer}")
-            self._launch(impl, state, node)
-            state.save(self.dir)
-            try:
-                self._wait_ready(impl, state, [index], started + timeout, say, started)
-                self._wait_mesh(impl, state, started + timeout, say, started, involving=index)
-            except BaseException:
-                process.stop(node.pid, self._marker(index), grace=5.0)
-                state.nodes.remove(node)  # not a member: the cluster is as before
-                state.save(self.dir)
-                raise
-        return self.nodes()[-1]
 
     def stop_node(self, i: int, grace: float = STOP_GRACE) -> None:
         """Stop node ``i`` gracefully (SIGTERM: the broker shuts down as an operator's stop
@@ -312,13 +307,6 @@ class LocalCluster(ReadinessWaits):
         self.down()
 
     # ----------------------------------------------------------------- internals
-
-    def _launch(self, impl: BrokerFlavor, state: ClusterState, node: NodeState) -> None:
-        node_dir = self.node_dir(node.index)
-        log_path = self.log_path(node.index)
-        node.log_offset = log_path.stat().st_size if log_path.exists() else 0
-        node.started_at = time.time()
-        node.pid = process.launch(impl.command(state, node, node_dir), cwd=node_dir, log_path=log_path)
 
     def _stop_all(self, state: ClusterState, grace: float = STOP_GRACE) -> None:
         """SIGTERM every live node at once, then wait for each (SIGKILL on overrun)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from clustermq.broker.depth import format_depth_table, queue_depths
 from clustermq.broker.nodes import Node
 from clustermq.devtools.localcluster.cluster import LocalCluster
+from clustermq.devtools.localcluster.pairs import is_paired
 from clustermq.devtools.localcluster.paths import default_cluster_dir
 from clustermq.options import parse_connection_options
 
@@ -49,6 +50,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             progress=_say,
             tls=args.tls,
             scale_down=args.scale_down,
+            backups=args.backups,
         )
     except (NotImplementedError, ValueError, RuntimeError, OSError) as exc:
         return _error(str(exc))
@@ -68,11 +70,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"cluster {cluster.dir} ({cluster.flavor}); brokers={cluster.brokers}")
     if cluster.ca_file:
         print(f"CA certificate (option sslCaFile): {cluster.ca_file}")
-    print(f"{'node':<6} {'name':<8} {'stomp':<22} {'peer':>6} {'pid':>8}  state")
+    paired = any(row["pair"] != row["index"] for row in rows)
+    role_head = f" {'pair':>4} {'role':<8}" if paired else ""
+    print(f"{'node':<6} {'name':<8} {'stomp':<22} {'peer':>6} {'pid':>8}{role_head}  state")
     for row in rows:
         state = "ready" if row["ready"] else ("running, " + row["detail"] if row["running"] else "down")
         pid = row["pid"] if row["pid"] is not None else "-"
-        print(f"{row['index']:<6} {row['name']:<8} {row['stomp']:<22} {row['peer_port']:>6} {pid:>8}  {state}")
+        role = f" {row['pair']:>4} {row['role']:<8}" if paired else ""
+        print(f"{row['index']:<6} {row['name']:<8} {row['stomp']:<22} {row['peer_port']:>6} {pid:>8}{role}  {state}")
+    if paired:  # a pair is healthy when one member is live and the others wait as standby
+        pairs = {row["pair"] for row in rows}
+        live = {row["pair"] for row in rows if row["role"] == "live"}
+        return 0 if live == pairs and all(row["running"] for row in rows) else 1
     return 0 if all(row["ready"] for row in rows) else 1
 
 
@@ -98,6 +107,13 @@ def cmd_kill(args: argparse.Namespace) -> int:
     except KeyError:
         return _error(f"unknown signal '{args.signal}'")
     try:
+        if _paired(cluster):  # NODE_INDEX names the pair; its live member gets the signal
+            member = cluster.live_member(args.node_index)
+            if member is None:
+                return _error(f"node {args.node_index} has no live member")
+            cluster.kill_node(member, sig=sig)
+            print(f"node {args.node_index}: live member {member} sent {sig.name}")
+            return 0
         cluster.kill_node(args.node_index, sig=sig)
     except (FileNotFoundError, IndexError, RuntimeError) as exc:
         return _error(str(exc))
@@ -109,6 +125,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     """Restart a killed node with its ports and data."""
     cluster = _cluster(args)
     try:
+        if _paired(cluster):  # NODE_INDEX names the pair; its stopped member comes back as standby
+            member = cluster.start_standby(args.node_index, timeout=args.timeout, progress=_say)
+            print(f"node {args.node_index}: member {member} back")
+            return 0
         seconds = cluster.start_node(args.node_index, timeout=args.timeout, progress=_say)
     except (FileNotFoundError, IndexError, RuntimeError) as exc:
         return _error(str(exc))
@@ -137,6 +157,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
         return _error(str(exc))
     print(f"node {args.node_index} stopped")
     return 0
+
+
+def _paired(cluster: LocalCluster) -> bool:
+    return cluster.exists and is_paired(cluster.state())
 
 
 def credentials_for(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -212,6 +236,9 @@ def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.Argument
     up.add_argument("--base-port", type=int, default=None,
                     help="node i uses STOMP port P+10*i and peer port P+10*i+1 (default: free ports)")
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the cluster (default: 90)")
+    up.add_argument("--backups", type=int, default=0,
+                    help="standby members per node: each node a master/slave (Classic, shared KahaDB) "
+                         "or primary/backup (Artemis, shared store) pair; brokers lists masterslave:(...) groups")
     up.add_argument("--tls", action="store_true",
                     help="STOMP over TLS only: generate a CA and broker certificate (keytool) in DIR/tls; "
                          "nodes are stomp+ssl://, clients pass the printed CA file as sslCaFile")
@@ -227,13 +254,13 @@ def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.Argument
     down.add_argument("--dir", help=dir_help)
     down.set_defaults(func=cmd_down)
 
-    kill = actions.add_parser("kill", help="kill one node (simulates a crash)")
+    kill = actions.add_parser("kill", help="kill one node, or a pair's live member (simulates a crash)")
     kill.add_argument("node_index", metavar="NODE_INDEX", type=int)
     kill.add_argument("--dir", help=dir_help)
     kill.add_argument("--signal", default="KILL", help="signal name (default: KILL; TERM for a clean stop)")
     kill.set_defaults(func=cmd_kill)
 
-    start = actions.add_parser("start", help="restart a killed node with its ports and data")
+    start = actions.add_parser("start", help="restart a killed node (a pair's member comes back as standby)")
     start.add_argument("node_index", metavar="NODE_INDEX", type=int)
     start.add_argument("--dir", help=dir_help)
     start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the node (default: 90)")

@@ -81,12 +81,17 @@ class ReadinessWaits(ClusterDir):
         flaps meanwhile (measured in CI: Classic refused node0's reconnect to node2 with
         InvalidClientIDException while node2 still held the old connection) is not its concern.
         """
-        if len(state.nodes) < 2:
+        # A pair's standby members are not in the mesh until they take over.
+        network = [n for n in state.nodes if n.backup_of is None]
+        if involving is not None:  # a node restarted while others are down joins those that run
+            network = [n for n in network
+                       if n.index == involving or process.is_running(n.pid, self._marker(n.index))]
+        if len(network) < 2:
             return
-        names = {n.name for n in state.nodes}
+        names = {n.name for n in network}
         while True:
             missing: dict[int, set[str]] = {}
-            for node in state.nodes:
+            for node in network:
                 peers = impl.connected_peers(state, node, self._log_since(node.index, node.log_offset))
                 if peers is None:
                     return

@@ -29,6 +29,9 @@ class NodeState:
     log_offset: int = 0  # size of broker.log when the current process was started
     started_at: float | None = None  # time.time() of the current process's start
     joined: bool = False  # added to a running cluster (``cluster add``), not started with it
+    # A standby member of a failover pair: the index of the node it backs up (same broker name,
+    # same store); None for a node of the network itself.
+    backup_of: int | None = None
 
 
 @dataclass
