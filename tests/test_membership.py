@@ -7,6 +7,7 @@ scope), never on the session's: a 2-node cluster to which the join test adds a t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
+from clustermq.broker.discovery import discover
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from conftest import Broker, cluster_flavors
 from test_reader import BRIDGE_COPIES, drain, loadgen_ids, new_queue, start_collecting
@@ -43,21 +46,44 @@ def _offsets(checkpoint: Path) -> dict[str, int]:
     return json.loads(latest.read_text().splitlines()[-1])
 
 
+def _start_stream_write(spark: SparkSession, options: dict[str, str], work: Path) -> StreamingQuery:
+    """A streaming write to the cluster, fed by the text files put into ``work/in`` (one
+    micro-batch per file, each in 6 partitions; roundRobin spreads them evenly over the nodes)."""
+    (work / "in").mkdir()
+    lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(work / "in"))
+    return (lines.select(F.col("value").alias("body")).repartition(6)
+            .writeStream.format("clustermq").options(**options)
+            .option("loadBalancingPolicy", "roundRobin")
+            .option("checkpointLocation", str(work / "write-checkpoint")).start())
+
+
+def _feed(query: StreamingQuery, work: Path, name: str, ids: range) -> None:
+    """One micro-batch of ``ids`` (a file appears whole in the source directory)."""
+    staged = work / f"{name}.tmp"
+    staged.write_text("".join(f"{i}\n" for i in ids))
+    staged.rename(work / "in" / f"{name}.txt")
+    query.processAllAvailable()
+
+
 def test_a_node_that_joins_a_running_query_is_read_from_and_written_to(
     spark: SparkSession, members: Broker, tmp_path: Path
 ) -> None:
     """``brokers`` names one seed, ``discovery=cluster``: the query reads both nodes from the
     start; a node added while it runs (``cluster add``) is read from without a restart (a new
-    offset key from 0), each message exactly once; a batch write then publishes to all three
+    offset key from 0), each message exactly once; a streaming write that runs meanwhile
+    publishes to it from the next micro-batch on; a batch write then publishes to all three
     nodes, and a restart from the same checkpoint drains them under the same keys."""
     cluster = members.cluster
-    queue = new_queue("join")
+    queue, written = new_queue("join"), new_queue("joinw")
     seed = cluster.nodes()[0].name
     options = members.reader_options(queue, brokers=seed, discovery="cluster")
     members.produce(queue, 200, nodes=[0, 1])
     collected: list[Row] = []
     query = start_collecting(spark, options, tmp_path, collected)
+    writer = _start_stream_write(spark, {**options, "queue": written}, tmp_path)
     try:
+        _feed(writer, tmp_path, "before", range(300))  # 6 partitions of 50 over the 2 nodes
+        assert sorted(members.settled_depths(written).values()) == [150, 150]
         wait_for(lambda: len(collected) >= 200, 60, "the backlog of both nodes")
         # the peer the seed named is read from the first batch on (its offset key is there)
         assert set(_offsets(tmp_path / "checkpoint")) == {n.name for n in cluster.nodes()}
@@ -74,7 +100,17 @@ def test_a_node_that_joins_a_running_query_is_read_from_and_written_to(
               f"({sent - 200} messages sent to it meanwhile)")
         wait_for(lambda: len(collected) >= sent, 60, "every message sent")
         time.sleep(1.0)  # a duplicate would come with the next batches
+
+        # the running write: its next micro-batch publishes to the joined node too (the driver
+        # asks the seed for the nodes before every batch), 2 of 6 partitions per node
+        seed_only = dataclasses.replace(members.connection(written), nodes=members.connection(written).nodes[:1])
+        wait_for(lambda: joined.name in {n.name for n in discover(seed_only) or ()}, 30,
+                 "the seed naming the joined node")
+        _feed(writer, tmp_path, "after", range(300, 600))
+        depths = members.settled_depths(written)
+        assert depths[joined.name] == 100 and sorted(depths.values()) == [100, 250, 250], depths
     finally:
+        writer.stop()
         query.stop()
     ids = Counter(int(r["id"]) for r in collected)
     assert sorted(ids) == list(range(sent)) and set(ids.values()) == {1}, (

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -57,14 +55,14 @@ class ClusterMQDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch write; options and input columns are checked here, before any task runs."""
         from clustermq.write.layout import input_layout
-        from clustermq.write.spark import ClusterMQBatchWriter
+        from clustermq.write.spark import ClusterMQBatchWriter, discovered
 
         if overwrite:
             raise OptionError(
                 "save mode 'overwrite' is not supported: a queue cannot be truncated; "
                 "use .mode(\"append\")"
             )
-        options = _discovered(WriteOptions.parse(self.options))
+        options = discovered(WriteOptions.parse(self.options))
         return ClusterMQBatchWriter(options, input_layout(schema, options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -72,15 +70,7 @@ class ClusterMQDataSource(DataSource):
         from clustermq.write.layout import input_layout
         from clustermq.write.spark import ClusterMQStreamWriter
 
-        options = _discovered(WriteOptions.parse(self.options))
+        # with discovery=cluster the writer asks for the nodes before every micro-batch
+        options = WriteOptions.parse(self.options)
         return ClusterMQStreamWriter(options, input_layout(schema, options))
 
-
-def _discovered(options: WriteOptions) -> WriteOptions:
-    """With ``discovery=cluster`` the write publishes to the nodes the cluster names at its start
-    (asked once, on the driver: every task and the commit see the same node list)."""
-    if options.discovery != "cluster":
-        return options
-    from clustermq.broker.discovery import with_discovered
-
-    return dataclasses.replace(options, connection=with_discovered(options.connection))

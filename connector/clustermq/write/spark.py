@@ -10,8 +10,10 @@ Python writer is not told that its task failed.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -20,6 +22,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from clustermq.errors import MoveError
 from clustermq.options import WriteOptions
 from clustermq.write.commit import abort_job, commit_job, report, winners
 from clustermq.write.layout import InputLayout
@@ -56,7 +59,8 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
 
     Spark creates this object anew for the tasks of every batch and again, in another process,
     for every ``commit``/``abort``: nothing is shared through it. The query id (the job id of
-    the staging queues) reaches ``commit`` in the tasks' commit messages.
+    the staging queues) and the node list the tasks published by reach ``commit`` in the tasks'
+    commit messages.
     """
 
     def __init__(self, options: WriteOptions, layout: InputLayout) -> None:
@@ -67,6 +71,14 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
     def __repr__(self) -> str:
         return f"ClusterMQStreamWriter(queue={self.options.connection.queue!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """With ``discovery=cluster`` the node list is asked for here: Spark pickles the writer
+        once per micro-batch, on the driver, for that batch's tasks (``commit``/``abort`` get a
+        fresh, unpickled one). So every task of a batch publishes by one list, a node that
+        joined is written to from the next batch on, and no commit waits for a discovery it
+        would not use (it takes the tasks' list)."""
+        return {**self.__dict__, "options": discovered(self.options)}
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
         return write_task(self.options, self.layout, task_identity(self.fallback_id, True), iterator)
 
@@ -76,9 +88,33 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
             report(f"batch {batchId} committed 0 messages (no rows)")
             return
         job = tasks[0].job_id
-        commit_job(self.options, f"query {job} batch {batchId}", job, messages)
+        commit_job(batch_options(self.options, tasks), f"query {job} batch {batchId}", job, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = winners(messages)
         job = tasks[0].job_id if tasks else None
-        abort_job(self.options, f"query {job or '(id unknown)'} batch {batchId}", job)
+        options = batch_options(self.options, tasks) if tasks else self.options
+        abort_job(options, f"query {job or '(id unknown)'} batch {batchId}", job)
+
+
+def discovered(options: WriteOptions) -> WriteOptions:
+    """With ``discovery=cluster`` the write publishes to the nodes the cluster names now (asked
+    on the driver, so every task and the commit of a job see the same list)."""
+    if options.discovery != "cluster":
+        return options
+    from clustermq.broker.discovery import with_discovered
+
+    return dataclasses.replace(options, connection=with_discovered(options.connection))
+
+
+def batch_options(options: WriteOptions, tasks: Sequence[ClusterMQCommitMessage]) -> WriteOptions:
+    """``options`` with the node list the batch's tasks published by (their staging queues are
+    numbered by it); ``MoveError`` if the tasks disagree, which one pickled writer rules out."""
+    lists = {m.nodes for m in tasks if m.nodes}
+    if not lists:
+        return options
+    if len(lists) > 1:
+        raise MoveError("the tasks of one batch published by different node lists: "
+                        + " / ".join(",".join(n.name for n in nodes) for nodes in sorted(lists)))
+    (nodes,) = lists
+    return dataclasses.replace(options, connection=dataclasses.replace(options.connection, nodes=nodes))

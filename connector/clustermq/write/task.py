@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
+from clustermq.broker.nodes import Node
 from clustermq.options import WriteOptions
 from clustermq.write.headers import staging_queue
 from clustermq.write.layout import InputLayout
@@ -45,6 +46,9 @@ class ClusterMQCommitMessage(WriterCommitMessage):
     counts: dict[int, int]
     unavailable: dict[str, str]
     seconds: float
+    #: the node list the task published by (its staging queues' indices point into it): a
+    #: streaming commit moves by this list, not by one it would discover itself
+    nodes: tuple[Node, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,4 +120,5 @@ def write_task(
         job_id=identity.job_id, batch_id=identity.batch_id, partition=identity.partition,
         attempt=identity.attempt, task_tag=tag, rows=builder.row, counts=counts,
         unavailable=publisher.dead_nodes, seconds=time.monotonic() - started,
+        nodes=tuple(options.connection.nodes),
     )
