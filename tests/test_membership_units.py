@@ -1,13 +1,21 @@
-"""Membership without brokers: option parsing, transport URIs, the watch's bookkeeping."""
+"""Membership without brokers: option parsing, transport URIs, the watch's bookkeeping, the
+streaming writer's node list per batch."""
 
 from __future__ import annotations
 
+import pickle
 import threading
+
+import pytest
 
 from clustermq.broker.dialect.classic import _port_of
 from clustermq.broker.nodes import Node
+from clustermq.errors import MoveError
 from clustermq.options import ReadOptions, WriteOptions, parse_connection_options
 from clustermq.read.membership import MembershipWatch
+from clustermq.write.layout import InputLayout
+from clustermq.write.spark import ClusterMQStreamWriter, batch_options
+from clustermq.write.task import ClusterMQCommitMessage
 
 
 def test_discovery_is_off_by_default_and_partitions_follow_the_discovered_nodes_unless_set() -> None:
@@ -73,3 +81,23 @@ def test_a_node_joins_only_a_cluster_of_two_or_more(tmp_path) -> None:
     with pytest.raises(ValueError, match="at least 2 nodes"):
         LocalCluster(tmp_path).add_node()
     assert len(ClusterState.load(tmp_path).nodes) == 1  # type: ignore[union-attr]
+
+
+def _task(nodes: tuple[Node, ...]) -> ClusterMQCommitMessage:
+    return ClusterMQCommitMessage(job_id="q", batch_id=3, partition=0, attempt=0, task_tag="t", rows=1,
+                                  counts={0: 1}, unavailable={}, seconds=0.1, nodes=nodes)
+
+
+def test_a_streaming_commit_moves_by_the_node_list_its_tasks_published_by() -> None:
+    options = WriteOptions.parse({"brokers": "mq1:61613", "queue": "orders", "discovery": "cluster"})
+    seen = (Node("mq1", 61613), Node("mq3", 61613), Node("mq2", 61613))
+    assert batch_options(options, [_task(seen), _task(seen)]).connection.nodes == seen
+    assert batch_options(options, [_task(())]) is options  # a task from before node lists were sent
+    with pytest.raises(MoveError, match="different node lists"):
+        batch_options(options, [_task(seen), _task(seen[:2])])
+
+
+def test_a_stream_writer_without_discovery_pickles_its_options_unchanged() -> None:
+    options = WriteOptions.parse({"brokers": "mq1:61613,mq2:61613", "queue": "orders"})
+    writer = ClusterMQStreamWriter(options, InputLayout(body="body", body_is_text=True))
+    assert pickle.loads(pickle.dumps(writer)).options == options
