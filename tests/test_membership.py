@@ -22,7 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 from clustermq.broker.discovery import discover
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from conftest import Broker, cluster_flavors
-from test_reader import BRIDGE_COPIES, drain, loadgen_ids, new_queue, start_collecting
+from test_reader import BRIDGE_COPIES, drain, loadgen_ids, new_queue, python_stderr_to, start_collecting
 from test_reader_faults import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -216,3 +216,69 @@ def test_a_node_stopped_gracefully_while_a_drain_runs_loses_nothing(
     print(f"[{cluster.flavor}] 3000 messages read, {len(from_stopped)} twice after a delivery by the "
           f"stopped node, {len(bridge_copies)} twice with one message_id through a failed bridge")
     assert sum(members.wait_depth_zero(queue).values()) == 0
+
+
+def _lag(query: StreamingQuery) -> list[dict[str, dict[str, int]]]:
+    """The reader's per-node lag of every progress record kept (``reportLatestOffset``)."""
+    return [json.loads(p["sources"][0]["latestOffset"])
+            for p in query.recentProgress if p["sources"][0]["latestOffset"]]
+
+
+def test_a_discovered_node_that_leaves_is_departed_until_the_cluster_lists_it_again(
+    spark: SparkSession, members: Broker, tmp_path: Path
+) -> None:
+    """``discovery=cluster`` with one seed: a discovered node stopped gracefully (``cluster
+    stop``) drops out of what the seed publishes, so the reader marks it departed (one WARNING,
+    ``departed: 1`` in its progress lag), stops retrying it and reads the other nodes on, its
+    offset key kept; started again, the node is listed again and read from under the same key.
+    Every message exactly once (the stop comes when everything read is acknowledged)."""
+    cluster = members.cluster
+    if len(cluster.nodes()) < 3:
+        cluster.add_node()
+    names = [n.name for n in cluster.nodes()][:3]
+    queue = new_queue("depart")
+    options = members.reader_options(queue, brokers=names[0], discovery="cluster",
+                                     initialReconnectDelay=100, maxReconnectDelay=500)
+    members.produce(queue, 300, nodes=[0, 1, 2])
+    collected: list[Row] = []
+    retry = f"node {names[2]} still unreachable"
+    with python_stderr_to(spark, tmp_path / "reader.log") as log:
+        query = start_collecting(spark, options, tmp_path, collected)
+        try:
+            wait_for(lambda: len(collected) >= 300, 60, "the first 300 messages")
+            assert sum(members.wait_depth_zero(queue).values()) == 0  # nothing in flight
+            cluster.stop_node(2)
+            stopped = time.monotonic()
+            wait_for(lambda: any(r.get(names[2], {}).get("departed") for r in _lag(query)), 60,
+                     "node 2 reported departed")
+            departed_after = time.monotonic() - stopped
+            assert log.read_text(errors="replace").count(f"node {names[2]} departed") == 1
+            assert names[2] in _offsets(tmp_path / "checkpoint")
+            retries = log.read_text(errors="replace").count(retry)
+            members.produce(queue, 100, nodes=[0, 1], first_id=300)
+            wait_for(lambda: len(collected) >= 400, 60, "the other nodes' messages meanwhile")
+            # with maxReconnectDelay 0.5 s a node retried would have failed several times by now
+            assert log.read_text(errors="replace").count(retry) <= retries + 1
+            cluster.start_node(2)
+            up = time.monotonic()
+            sent = 400
+            while not any(r["node"] == names[2] and r["id"] >= 400 for r in collected):
+                assert time.monotonic() - up < 60, "node 2 was not read from in 60 s after its start"
+                members.produce(queue, 10, nodes=[2], first_id=sent)
+                sent += 10
+                time.sleep(0.5)
+            back_after = time.monotonic() - up
+            wait_for(lambda: len(collected) >= sent, 60, "every message sent")
+            time.sleep(1.0)  # a duplicate would come with the next batches
+        finally:
+            query.stop()
+            if not cluster.is_running(2):
+                cluster.start_node(2)
+        text = log.read_text(errors="replace")
+    print(f"\n[{cluster.flavor}] node 2 departed {departed_after:.1f} s after its stop; read from "
+          f"again {back_after:.1f} s after its start; {sent} messages")
+    assert f"node {names[2]} is listed again" in text
+    ids = Counter(int(r["id"]) for r in collected)
+    assert sorted(ids) == list(range(sent)) and set(ids.values()) == {1}, (
+        f"{len(ids)} distinct ids of {sent}, repeated: {[i for i, c in ids.items() if c > 1][:10]}")
+    assert names[2] in _offsets(tmp_path / "checkpoint")

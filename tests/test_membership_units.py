@@ -39,6 +39,7 @@ class _Subscription:
     def __init__(self, node: Node, index: int) -> None:
         self.node, self.index = node, index
         self.started = self.stopped = False
+        self.connected, self.departed = True, False
 
     def connect_once(self) -> None:
         pass
@@ -54,7 +55,7 @@ def test_the_watch_numbers_joined_nodes_after_the_known_ones_and_hands_each_over
     conn = parse_connection_options({"brokers": "h:1", "queue": "q"})
     known = ["h:1", "h:2"]
     found = [(Node("h", 1), Node("h", 2), Node("h", 3))]
-    monkeypatch.setattr("clustermq.read.membership.discover", lambda _conn: found[0])
+    monkeypatch.setattr("clustermq.read.membership.published", lambda _conn: found[0])
     watch = MembershipWatch(conn, lambda: list(known), _Subscription)  # type: ignore[arg-type]
     assert [n.name for n in watch.refresh()] == ["h:3"]
     assert watch.refresh() == []  # subscribed, not yet taken: not joined twice
@@ -81,6 +82,26 @@ def test_a_node_joins_only_a_cluster_of_two_or_more(tmp_path) -> None:
     with pytest.raises(ValueError, match="at least 2 nodes"):
         LocalCluster(tmp_path).add_node()
     assert len(ClusterState.load(tmp_path).nodes) == 1  # type: ignore[union-attr]
+
+
+def test_an_unlisted_node_departs_while_not_connected_and_returns_when_listed(monkeypatch) -> None:
+    """Seeds never depart; a connected node is not departed whatever the cluster lists."""
+    conn = parse_connection_options({"brokers": "h:1,h:2,h:3", "queue": "q"})
+    subs = [_Subscription(n, i) for i, n in enumerate(conn.nodes)]
+    listed = [(Node("h", 1),)]
+    monkeypatch.setattr("clustermq.read.membership.published", lambda _conn: listed[0])
+    watch = MembershipWatch(conn, lambda: [s.node.name for s in subs], _Subscription,  # type: ignore[arg-type]
+                            conn.nodes[:1], lambda: subs)  # type: ignore[arg-type,return-value]
+    subs[0].connected = subs[2].connected = False
+    watch.refresh()
+    assert [s.departed for s in subs] == [False, False, True]
+    listed[0] = (Node("h", 1), Node("h", 3))
+    watch.refresh()
+    assert [s.departed for s in subs] == [False, False, False]
+    monkeypatch.setattr("clustermq.read.membership.published", lambda _conn: None)
+    subs[1].connected = False
+    watch.refresh()  # no answer: nothing departs
+    assert not any(s.departed for s in subs)
 
 
 def _task(nodes: tuple[Node, ...]) -> ClusterMQCommitMessage:

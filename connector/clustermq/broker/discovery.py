@@ -54,21 +54,30 @@ def members_of(seed: Node, conn: ConnectionOptions) -> list[Node]:
     return nodes
 
 
-def discover(conn: ConnectionOptions) -> tuple[Node, ...] | None:
-    """Every node of the cluster: the ``brokers`` seeds, then what the first seed that answers
-    publishes (sorted by name); ``None`` when no seed answered."""
+def published(conn: ConnectionOptions) -> tuple[Node, ...] | None:
+    """The cluster's nodes as the first seed that answers publishes them, itself first;
+    ``None`` when no seed answered."""
     errors = []
     for seed in conn.nodes:
         try:
-            found = members_of(seed, conn)
+            return tuple(members_of(seed, conn))
         except (DepthError, NotImplementedError, ValueError, OSError) as exc:
             errors.append(f"{seed.name}: {exc}")
-            continue
-        known = {n.name for n in conn.nodes}
-        extra = sorted({n.name: n for n in found if n.name not in known}.values())
-        return tuple(conn.nodes) + tuple(extra)
     log.warning("clustermq: cluster discovery got no answer: %s", "; ".join(errors))
     return None
+
+
+def merged(seeds: tuple[Node, ...], found: tuple[Node, ...]) -> tuple[Node, ...]:
+    """The seeds, then the other nodes ``found`` (sorted by name)."""
+    known = {n.name for n in seeds}
+    return tuple(seeds) + tuple(sorted({n.name: n for n in found if n.name not in known}.values()))
+
+
+def discover(conn: ConnectionOptions) -> tuple[Node, ...] | None:
+    """Every node of the cluster: the ``brokers`` seeds, then what the first seed that answers
+    publishes (sorted by name); ``None`` when no seed answered."""
+    found = published(conn)
+    return None if found is None else merged(tuple(conn.nodes), found)
 
 
 def with_discovered(conn: ConnectionOptions) -> ConnectionOptions:

@@ -43,11 +43,11 @@ class ClusterConsumer:
     def __init__(self, options: ReadOptions) -> None:
         self._membership: MembershipWatch | None = None
         if options.discovery == "cluster":
-            conn = with_discovered(options.connection)
+            seeds, conn = options.connection.nodes, with_discovered(options.connection)
             partitions = len(conn.nodes) if options.partitions_per_node else options.num_partitions
             options = dataclasses.replace(options, connection=conn, num_partitions=partitions)
             self._membership = MembershipWatch(options.connection, lambda: self.node_names,
-                                               self._subscription)
+                                               self._subscription, seeds, lambda: self.subscriptions)
         self.options = options
         self._arrivals = ArrivalCounter()
         self._target: AvailableNowTarget | None = None

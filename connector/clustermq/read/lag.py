@@ -4,7 +4,8 @@ PySpark 4.2 lets a Python source report exactly one thing into a query's progres
 offsets: ``reportLatestOffset``, shown as the source's ``latestOffset`` in ``lastProgress``.
 The reader puts its lag there, per node: ``offset`` (the next offset it would number, what
 ``latestOffset`` means for Kafka), ``buffered`` (delivered, not yet in a committed batch),
-``acknowledged`` (offsets below this are acknowledged) and ``backlog`` (the queue's depth on the
+``acknowledged`` (offsets below this are acknowledged), ``departed`` (1 while, with
+``discovery=cluster``, the cluster no longer lists the node) and ``backlog`` (the queue's depth on the
 broker node, delivered-but-unacknowledged messages included, as the broker counts it: a Classic network can
 count a message on two nodes while a bridge moves it; left out until first measured).
 
@@ -76,5 +77,7 @@ def lag_report(status: Sequence[NodeStatus], backlog: Mapping[str, int]) -> dict
                  "acknowledged": node.acked_upto or 0}
         if node.node in backlog:
             entry["backlog"] = backlog[node.node]
+        if node.departed:  # discovery=cluster: the cluster no longer lists it (membership.py)
+            entry["departed"] = 1
         report[node.node] = entry
     return report

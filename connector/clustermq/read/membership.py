@@ -5,9 +5,16 @@ a background thread asks the cluster for its members every few seconds (one shor
 connection to a seed, :mod:`clustermq.broker.discovery`), connects a subscription to each new
 node at once, and ``latestOffset`` admits the connected ones, so a new offset key (starting at
 0) appears only at a batch boundary and every offset map Spark sees names the same nodes as
-the consumer. Nodes are never removed while the query runs: a node that left is one that is
-down (its unacknowledged messages are the broker's again), and a node that did not answer a
-discovery may just be slow.
+the consumer. Nodes are never removed while the query runs (their offset keys stay): a node
+that left is one that is down (its unacknowledged messages are the broker's again), and a node
+that did not answer a discovery may just be slow.
+
+A node the cluster no longer lists and the query is not connected to has *departed*: its
+subscription stops reconnecting (and saying so every few seconds) until a discovery lists it
+again. Discovery cannot tell a graceful stop or an Artemis scale-down from a crash (a crashed
+node leaves the topology too), so this is only safe because it is undone by the next discovery
+that lists the node: a node that comes back is read from again under its old key. Seeds (the
+``brokers`` the user named) never depart.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from clustermq.broker.discovery import REFRESH_INTERVAL_S, discover
+from clustermq.broker.discovery import REFRESH_INTERVAL_S, merged, published
 from clustermq.broker.nodes import Node
 from clustermq.broker.settings import ConnectionOptions
 from clustermq.errors import NodeUnavailable
@@ -35,9 +42,13 @@ class MembershipWatch:
         conn: ConnectionOptions,
         known: Callable[[], list[str]],
         subscription: Callable[[Node, int], NodeSubscription],
+        seeds: tuple[Node, ...] = (),
+        current: Callable[[], list[NodeSubscription]] = list,
         interval_s: float = REFRESH_INTERVAL_S,
     ) -> None:
         self._conn = conn
+        self._seeds = {n.name for n in seeds}
+        self._current = current  # the consumer's subscriptions (departures are marked there)
         self._known = known
         self._subscription = subscription
         self._lock = threading.Lock()
@@ -83,11 +94,13 @@ class MembershipWatch:
                 self._joining.append(sub)
 
     def refresh(self) -> list[Node]:
-        """One discovery; the nodes it found that the query does not read yet (joined)."""
-        found = discover(self._conn)
+        """One discovery; the nodes it found that the query does not read yet (joined); marks
+        the departed ones."""
+        listed = published(self._conn)
         self.last_refresh = time.monotonic()
-        if found is None:
+        if listed is None:
             return []
+        found = merged(tuple(self._conn.nodes), listed)
         with self._lock:
             known = set(self._known()) | set(self._joined)
         new = [node for node in found if node.name not in known]
@@ -95,7 +108,19 @@ class MembershipWatch:
             log.info("clustermq: discovery found new node(s) %s; subscribing",
                      ", ".join(n.name for n in new))
             self._join(new)
+        self._mark_departed({n.name for n in listed})
         return new
+
+    def _mark_departed(self, listed: set[str]) -> None:
+        for sub in self._current():
+            name = sub.node.name
+            gone = name not in listed and name not in self._seeds and not sub.connected
+            if gone and not sub.departed:
+                log.warning("clustermq: node %s departed: the cluster no longer lists it; not "
+                            "reconnecting until it is listed again (its offset key stays)", name)
+            elif sub.departed and not gone:
+                log.warning("clustermq: node %s is listed again; reconnecting", name)
+            sub.departed = gone
 
     def _run(self) -> None:
         while not self._stopping.wait(self._interval_s):

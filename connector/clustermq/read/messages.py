@@ -43,3 +43,4 @@ class NodeStatus:
     acked_upto: int | None
     reconnects: int
     last_error: str | None = field(default=None)
+    departed: bool = False  # the cluster no longer lists it: not reconnecting (membership.py)

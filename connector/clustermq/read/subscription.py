@@ -81,6 +81,7 @@ class NodeSubscription:
         self.last_arrival = time.monotonic()
         self.last_connected = 0.0
         self.lost_at: float | None = None
+        self.departed = False  # not reconnecting: the cluster no longer lists it (membership.py)
 
     # ------------------------------------------------------------------ connection
     def connect_once(self) -> None:
@@ -136,8 +137,8 @@ class NodeSubscription:
     def _supervise(self) -> None:
         next_delay = self.options.connection.reconnect.delays()
         while not self._stopping.is_set():
-            if self._connected:
-                self._lost.wait(1.0)
+            if self._connected or self.departed:
+                (self._lost if self._connected else self._stopping).wait(1.0)
                 continue
             delay = next_delay()
             if self._stopping.wait(delay):
@@ -341,7 +342,7 @@ class NodeSubscription:
                 next_seq=self.next_seq,
                 acked_upto=self.acked_upto,
                 reconnects=self.reconnects,
-                last_error=self.last_error,
+                last_error=self.last_error, departed=self.departed,
             )
 
     def __iter__(self) -> Iterator[BufferedMessage]:
