@@ -69,12 +69,17 @@ class BacklogMonitor:
 
 
 def lag_report(status: Sequence[NodeStatus], backlog: Mapping[str, int]) -> dict[str, NodeLag]:
-    """``{node: {"offset", "buffered", "acknowledged"[, "backlog"]}}`` in node order."""
+    """``{node: {"offset", "buffered", "acknowledged"[, "backlog"][, "paused"][, "disconnected"]}}``
+    in node order; ``paused`` marks a node ``priorityNodes`` keeps this query from reading now."""
     report: dict[str, NodeLag] = {}
     for node in status:
         entry = {"offset": node.next_seq or 0, "buffered": node.buffered,
                  "acknowledged": node.acked_upto or 0}
         if node.node in backlog:
             entry["backlog"] = backlog[node.node]
+        if node.paused:
+            entry["paused"] = 1
+        if not node.connected:
+            entry["disconnected"] = 1
         report[node.node] = entry
     return report

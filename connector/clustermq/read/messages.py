@@ -43,3 +43,5 @@ class NodeStatus:
     acked_upto: int | None
     reconnects: int
     last_error: str | None = field(default=None)
+    #: a priority backup not read while a preferred node is connected (priority.py)
+    paused: bool = False

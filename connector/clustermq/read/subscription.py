@@ -44,6 +44,7 @@ class ArrivalNumbers(Protocol):
 
 class NodeSubscription:
     """The query's competing consumer on one node."""
+    paused = False  # a priority backup reading nothing while a preferred node is up (priority.py)
 
     def __init__(
         self,
@@ -136,8 +137,8 @@ class NodeSubscription:
     def _supervise(self) -> None:
         next_delay = self.options.connection.reconnect.delays()
         while not self._stopping.is_set():
-            if self._connected:
-                self._lost.wait(1.0)
+            if self._connected or self.paused:
+                (self._stopping if self.paused else self._lost).wait(1.0)
                 continue
             delay = next_delay()
             if self._stopping.wait(delay):
