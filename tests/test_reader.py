@@ -424,7 +424,7 @@ def test_unreachable_node_is_reported_others_keep_working_and_it_is_back_within_
     """A node refusing connections from the start (node 1 behind a TCP proxy that closes every
     connection) is reported in the reader's log (a WARNING naming it and the cause, then one per
     failed attempt with the back-off, and one when it is back) and in the progress (its lag
-    has no backlog, nothing read); the other nodes are read meanwhile. Once the node accepts
+    has no backlog, nothing read, and says it is disconnected); the other nodes are read meanwhile. Once the node accepts
     again, the reader's next attempt comes within ``maxReconnectDelay`` (plus a second's slack
     for a loaded machine), and it reads from the node again.
     """
@@ -453,8 +453,8 @@ def test_unreachable_node_is_reported_others_keep_working_and_it_is_back_within_
                 # a batch's progress record comes after its sink has the rows
                 wait_for(lambda: any(record[nodes[0].name]["offset"] + record[nodes[2].name]["offset"]
                                      >= 300 for record in lag()), 60, "the progress of the last batch")
-                assert all(record[proxy.address] == {"offset": 0, "buffered": 0, "acknowledged": 0}
-                           for record in lag()), lag()
+                assert all(record[proxy.address] == {"offset": 0, "buffered": 0, "acknowledged": 0,
+                                                     "disconnected": 1} for record in lag()), lag()
                 # Six failed retries take 2.2 s with the cap (0.1 + 0.2 + 0.4 + 3 x 0.5), and
                 # the next delay would be 6.4 s without it, which the bound below would catch.
                 wait_for(lambda: log.read_text(errors="replace").count(retry) >= 6, 30,

@@ -368,3 +368,26 @@ def test_priority_nodes_are_a_validated_subset_and_lead_the_failover_order() -> 
     assert failover_order(1, 4, (0, 3)) == [3, 0, 1, 2]
     assert failover_order(3, 4, (0, 3)) == [3, 0, 1, 2]
     assert failover_order(1, 4) == [1, 2, 3, 0]
+
+
+def test_the_reader_takes_priority_nodes_and_marks_the_others_as_paused_backups() -> None:
+    """The reader parses ``priorityNodes`` like the writer; nodes outside it become backups that
+    start paused and offer nothing to plan, and the lag report shows them paused."""
+    from clustermq.options import ReadOptions
+    from clustermq.read.lag import lag_report
+    from clustermq.read.priority import BackupSubscription, subscription_class
+
+    parse = lambda **extra: ReadOptions.parse({"brokers": BROKERS, "queue": "q", **extra})  # noqa: E731
+    assert parse().priority_nodes == ()
+    options = parse(priorityNodes="127.0.0.1:61623,127.0.0.1:61613")
+    assert options.priority_nodes == ("127.0.0.1:61613", "127.0.0.1:61623")
+    with pytest.raises(OptionError, match="priorityNodes"):
+        parse(priorityNodes="127.0.0.1:9")
+    nodes = options.connection.nodes
+    assert [subscription_class(options, n) is BackupSubscription for n in nodes] == [False, False, True]
+    assert all(subscription_class(parse(), n) is not BackupSubscription for n in nodes)
+    backup = BackupSubscription(nodes[2], 2, options, iter(range(10**6)), lambda n: None)
+    backup.set_base(0)
+    assert backup.paused and backup.available(0) == []
+    assert lag_report([backup.status()], {})[nodes[2].name] == {
+        "offset": 0, "buffered": 0, "acknowledged": 0, "paused": 1, "disconnected": 1}

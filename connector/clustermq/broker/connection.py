@@ -118,7 +118,8 @@ def _open_member(
 def _abandon(conn: stomp.Connection12, listener_name: str) -> None:
     """Close a failed attempt without telling the caller's listener: the caller gets the error,
     and a "disconnected" from this attempt must not mark the next member's connection lost."""
-    conn.remove_listener(listener_name)
+    if conn.get_listener(listener_name) is not None:  # a caller without a listener set none
+        conn.remove_listener(listener_name)
     _quiet_disconnect(conn)
 
 

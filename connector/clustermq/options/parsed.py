@@ -49,6 +49,8 @@ class ReadOptions:
     discovery: str = "none"
     #: numPartitions not set with discovery=cluster: the number of nodes discovered at start
     partitions_per_node: bool = False
+    #: names of the preferred nodes (``priorityNodes``); () for none
+    priority_nodes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -71,6 +73,7 @@ class ReadOptions:
             browse_idle_timeout_s=BROWSE_IDLE_TIMEOUT.seconds(raw),
             discovery=DISCOVERY.read(raw),
             partitions_per_node=NUM_PARTITIONS.key not in raw,
+            priority_nodes=tuple(conn.nodes[i].name for i in _priority(raw, conn.nodes)),
         )
 
 

@@ -23,6 +23,7 @@ from clustermq.read.copies import RecentIds
 from clustermq.read.membership import MembershipWatch
 from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.offsets import NodeOffsets, allocate, make_offsets
+from clustermq.read.priority import connect_order, follow_priority, subscription_class
 from clustermq.read.subscription import NodeSubscription
 
 log = logging.getLogger("clustermq.consumer")
@@ -81,15 +82,14 @@ class ClusterConsumer:
         """Connect to every node at once; fail only if none answers."""
         if self._started:
             return
-        with ThreadPoolExecutor(max_workers=len(self.subscriptions)) as pool:
-            results = list(pool.map(self._first_connect, self.subscriptions))
-        errors = [r for r in results if r is not None]
-        if len(errors) == len(self.subscriptions):
+        errors: list[str] = []
+        for wave in connect_order(self.subscriptions):  # priorityNodes first, see priority.py
+            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                errors += [r for r in pool.map(self._first_connect, wave) if r is not None]
+        if not any(s.connected for s in self.subscriptions):
             for sub in self.subscriptions:
                 sub.stop()
-            raise NoNodeReachable(
-                "clustermq: no broker node is reachable: " + "; ".join(errors)
-            )
+            raise NoNodeReachable("clustermq: no broker node is reachable: " + "; ".join(errors))
         for error in errors:
             log.warning("clustermq: %s; reconnecting in the background", error)
         for sub in self.subscriptions:
@@ -99,8 +99,8 @@ class ClusterConsumer:
             self._membership.start()
 
     def _subscription(self, node: Node, index: int) -> NodeSubscription:
-        return NodeSubscription(node, index, self.options, self._arrivals, self._returned,
-                                self._recent)
+        return subscription_class(self.options, node)(node, index, self.options, self._arrivals,
+                                                      self._returned, self._recent)
 
     def admit(self) -> list[str]:
         """Read from the nodes that joined since the last call, from the next batch on (their
@@ -162,6 +162,7 @@ class ClusterConsumer:
         max_bytes: int | None,
     ) -> NodeOffsets:
         """The end offset of the next batch from ``start``, within the limits."""
+        follow_priority(self.subscriptions)  # pauses or resumes nodes outside priorityNodes
         cap = self._arrival_cap()
         available = [sub.available(start[sub.node.name], cap) for sub in self.subscriptions]
         counts = allocate(available, max_messages, max_bytes)

@@ -70,7 +70,8 @@ class BacklogMonitor:
 
 
 def lag_report(status: Sequence[NodeStatus], backlog: Mapping[str, int]) -> dict[str, NodeLag]:
-    """``{node: {"offset", "buffered", "acknowledged"[, "backlog"]}}`` in node order."""
+    """``{node: {"offset", "buffered", "acknowledged"[, "backlog"][, "paused"][, "disconnected"]}}``
+    in node order; ``paused`` marks a node ``priorityNodes`` keeps this query from reading now."""
     report: dict[str, NodeLag] = {}
     for node in status:
         entry = {"offset": node.next_seq or 0, "buffered": node.buffered,
@@ -79,5 +80,9 @@ def lag_report(status: Sequence[NodeStatus], backlog: Mapping[str, int]) -> dict
             entry["backlog"] = backlog[node.node]
         if node.departed:  # discovery=cluster: the cluster no longer lists it (membership.py)
             entry["departed"] = 1
+        if node.paused:
+            entry["paused"] = 1
+        if not node.connected:
+            entry["disconnected"] = 1
         report[node.node] = entry
     return report

@@ -44,3 +44,5 @@ class NodeStatus:
     reconnects: int
     last_error: str | None = field(default=None)
     departed: bool = False  # the cluster no longer lists it: not reconnecting (membership.py)
+    #: a priority backup not read while a preferred node is connected (priority.py)
+    paused: bool = False

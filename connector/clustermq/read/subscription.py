@@ -44,6 +44,7 @@ class ArrivalNumbers(Protocol):
 
 class NodeSubscription:
     """The query's competing consumer on one node."""
+    paused = False  # a priority backup reading nothing while a preferred node is up (priority.py)
 
     def __init__(
         self,
@@ -137,8 +138,8 @@ class NodeSubscription:
     def _supervise(self) -> None:
         next_delay = self.options.connection.reconnect.delays()
         while not self._stopping.is_set():
-            if self._connected or self.departed:
-                (self._lost if self._connected else self._stopping).wait(1.0)
+            if self._connected or self.departed or self.paused:
+                (self._lost if self._connected and not self.paused else self._stopping).wait(1.0)
                 continue
             delay = next_delay()
             if self._stopping.wait(delay):
@@ -339,8 +340,7 @@ class NodeSubscription:
                 node=self.node.name,
                 connected=self._connected,
                 buffered=len(self._messages) + len(self._unnumbered),
-                next_seq=self.next_seq,
-                acked_upto=self.acked_upto,
+                next_seq=self.next_seq, acked_upto=self.acked_upto,
                 reconnects=self.reconnects,
                 last_error=self.last_error, departed=self.departed,
             )
