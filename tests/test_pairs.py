@@ -62,6 +62,18 @@ def test_the_group_is_one_node_named_as_written(pairs: Broker) -> None:
     assert [n.name for n in nodes] == [n.name for n in pairs.connection("q").nodes]
 
 
+def took_over(pairs: Broker) -> int:
+    """The index of the victim pair's new live member, once it accepts logins; the members' log
+    tails when none does within a minute (the standby never took the store over)."""
+    live = pairs.cluster.live_member(VICTIM, timeout=60)
+    if live is None:
+        state = pairs.cluster.state()
+        tails = {n.index: pairs.cluster.log_tail(n.index, 15) for n in state.nodes
+                 if n.index == VICTIM or n.backup_of == VICTIM}
+        raise AssertionError(f"no member of pair {VICTIM} accepts logins 60 s after the kill: {tails}")
+    return live
+
+
 def test_reader_keeps_reading_through_a_killed_live_member(
     spark: SparkSession, pairs: Broker, tmp_path: Path
 ) -> None:
@@ -91,7 +103,7 @@ def test_reader_keeps_reading_through_a_killed_live_member(
         before = arrivals[-1][1] if arrivals else -1  # the last batch that ran before the kill
         killed_at = time.monotonic()
         member = pairs.cluster.kill_live(VICTIM)
-        pairs.cluster.live_member(VICTIM, timeout=60)
+        took_over(pairs)
         pairs.produce(queue, 1000, first_id=total - 1000)
         wait_for(lambda: {r.id for r in collected} >= set(range(total)), 180, "every message", interval=0.5)
         assert query.isActive and query.exception() is None
@@ -159,7 +171,7 @@ def test_writer_during_a_killed_live_member_completes_or_fails_and_a_rerun_loses
     runs = 1
     if outcome[0] is not None:
         print(f"\n[{pairs.flavor}] write during the kill failed cleanly: {str(outcome[0])[:300]}")
-        pairs.cluster.live_member(VICTIM, timeout=60)
+        took_over(pairs)
         df.write.format("clustermq").mode("append").options(**pairs.reader_options(queue)).save()
         runs = 2
     rows, _ = drain(spark, pairs.reader_options(queue), tmp_path)
