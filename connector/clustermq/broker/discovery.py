@@ -25,8 +25,6 @@ from clustermq.errors import DepthError, NodeUnavailable
 
 log = logging.getLogger("clustermq.discovery")
 
-#: option ``discovery``: ``none`` uses ``brokers`` as the whole node list
-DISCOVERY_MODES = ("none", "cluster")
 #: how often a running query asks the cluster for its members
 REFRESH_INTERVAL_S = 5.0
 

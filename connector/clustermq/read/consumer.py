@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from clustermq.broker.discovery import with_discovered
 from clustermq.broker.nodes import Node
-from clustermq.errors import NodeUnavailable, NoNodeReachable
+from clustermq.errors import NoNodeReachable
 from clustermq.options import ReadOptions
 from clustermq.read.arrivals import ArrivalCounter, AvailableNowTarget
 from clustermq.read.copies import RecentIds
-from clustermq.read.membership import MembershipWatch
+from clustermq.read.membership import MembershipWatch, first_connect
 from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.offsets import NodeOffsets, allocate, make_offsets
 from clustermq.read.priority import connect_order, follow_priority, subscription_class
@@ -85,7 +85,7 @@ class ClusterConsumer:
         errors: list[str] = []
         for wave in connect_order(self.subscriptions):  # priorityNodes first, see priority.py
             with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-                errors += [r for r in pool.map(self._first_connect, wave) if r is not None]
+                errors += [r for r in pool.map(first_connect, wave) if r is not None]
         if not any(s.connected for s in self.subscriptions):
             for sub in self.subscriptions:
                 sub.stop()
@@ -108,16 +108,6 @@ class ClusterConsumer:
         joined = self._membership.take_joined() if self._membership is not None else []
         self.subscriptions.extend(joined)
         return [sub.node.name for sub in joined]
-
-    @staticmethod
-    def _first_connect(sub: NodeSubscription) -> str | None:
-        try:
-            sub.connect_once()
-            return None
-        except NodeUnavailable as exc:
-            sub.last_error = str(exc)
-            sub.lost_at = time.monotonic()  # so "reconnected after N s" counts from the start
-            return str(exc)
 
     def stop(self) -> None:
         if self._membership is not None:

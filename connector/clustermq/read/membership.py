@@ -33,6 +33,19 @@ from clustermq.read.subscription import NodeSubscription
 log = logging.getLogger("clustermq.membership")
 
 
+def first_connect(sub: NodeSubscription) -> str | None:
+    """A subscription's first connection, at the query's start or when its node joined: the
+    error, or ``None``. A failure is recorded so that its reconnect, in the background, counts
+    "reconnected after N s" from this attempt."""
+    try:
+        sub.connect_once()
+        return None
+    except NodeUnavailable as exc:
+        sub.last_error = str(exc)
+        sub.lost_at = time.monotonic()
+        return str(exc)
+
+
 class MembershipWatch:
     """Asks the cluster for its members every ``interval_s``; subscribes to new nodes
     (``subscription(node, index)`` makes one) until the consumer takes them."""
@@ -80,12 +93,9 @@ class MembershipWatch:
                 index = len(set(self._known()) | set(self._joined))
                 self._joined.append(node.name)
             sub = self._subscription(node, index)
-            try:
-                sub.connect_once()
-            except NodeUnavailable as exc:
-                sub.last_error = str(exc)
-                sub.lost_at = time.monotonic()
-                log.warning("clustermq: %s; reconnecting in the background", exc)
+            error = first_connect(sub)
+            if error is not None:
+                log.warning("clustermq: %s; reconnecting in the background", error)
             if self._stopping.is_set():  # the query stopped meanwhile
                 sub.stop()
                 return

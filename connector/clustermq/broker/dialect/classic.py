@@ -91,19 +91,8 @@ class ClassicDialect(BrokerDialect):
 
     def queue_depth(self, requests: Requester, queue: str) -> int:
         """``size`` of ``queue`` from the statistics plugin (0 when the node has no such queue)."""
-        correlation = uuid.uuid4().hex
-        reply_to = f"/temp-queue/clustermq-depth-{correlation}"
-        requests.subscribe(reply_to, "depth", {"transformation": TRANSFORMATION})
-        # Non-persistent and expiring: on a broker *without* the plugin the request would land
-        # in a real queue named ActiveMQ.Statistics.Destination.<queue>; this way it vanishes.
-        expires_ms = int((time.time() + max(requests.remaining(), 1.0)) * 1000)
-        requests.send(STATS_DESTINATION_PREFIX + queue, {
-            "reply-to": reply_to,
-            END_WITH_NULL: "true",
-            "correlation-id": correlation,
-            "persistent": "false",
-            "expires": str(expires_ms),
-        })
+        correlation = _ask_statistics(requests, STATS_DESTINATION_PREFIX + queue, "depth",
+                                      {END_WITH_NULL: "true"})
         wanted = f"queue://{queue}"
         depth = 0
         while True:
@@ -120,7 +109,6 @@ class ClassicDialect(BrokerDialect):
             if stats.get("destinationName") == wanted:
                 depth = int(stats.get("size", "0"))
 
-
     def cluster_members(self, requests: Requester) -> tuple[int, list[tuple[str, int]]]:
         """The node's own ``openwire`` transport port (statistics plugin, ``ActiveMQ.Statistics.Broker``)
         and, for each of its network bridges, the peer's published OpenWire port at the address
@@ -131,14 +119,7 @@ class ClassicDialect(BrokerDialect):
         A duplex bridge's ``remoteIp`` has the peer's ephemeral port, so the port comes from
         ``brokerURL`` and the host from ``remoteIp`` (``brokerURL`` names the host as the peer
         calls itself)."""
-        correlation = uuid.uuid4().hex
-        reply_to = f"/temp-queue/clustermq-members-{correlation}"
-        requests.subscribe(reply_to, "members", {"transformation": TRANSFORMATION})
-        expires_ms = int((time.time() + max(requests.remaining(), 1.0)) * 1000)
-        requests.send(BROKER_STATS_DESTINATION, {
-            "reply-to": reply_to, "correlation-id": correlation,
-            "persistent": "false", "expires": str(expires_ms),
-        })
+        _ask_statistics(requests, BROKER_STATS_DESTINATION, "members")
         frame = requests.reply("broker statistics reply (is <statisticsBrokerPlugin/> on?)",
                                lambda f: f.headers.get("subscription") == "members")
         stats = _parse_map(body_text(frame))
@@ -162,6 +143,29 @@ class ClassicDialect(BrokerDialect):
                 continue
             peers[(remote.group(1), port)] = advisory.headers.get("started") == "true"
         return own, [peer for peer, started in peers.items() if started]
+
+
+def _ask_statistics(
+    requests: Requester, destination: str, sub_id: str, extra: Mapping[str, str] | None = None
+) -> str:
+    """Send a statistics plugin request whose map replies come to a temporary queue subscribed
+    as ``sub_id`` (as XML, see the module docstring); return its correlation id.
+
+    Non-persistent and expiring: on a broker *without* the plugin the request would land in a
+    real queue named like ``destination``; this way it vanishes.
+    """
+    correlation = uuid.uuid4().hex
+    reply_to = f"/temp-queue/clustermq-{sub_id}-{correlation}"
+    requests.subscribe(reply_to, sub_id, {"transformation": TRANSFORMATION})
+    expires_ms = int((time.time() + max(requests.remaining(), 1.0)) * 1000)
+    requests.send(destination, {
+        "reply-to": reply_to,
+        "correlation-id": correlation,
+        "persistent": "false",
+        "expires": str(expires_ms),
+        **(extra or {}),
+    })
+    return correlation
 
 
 def _port_of(uri: str) -> int | None:
