@@ -14,6 +14,7 @@ import time
 import stomp
 from stomp.exception import StompException
 
+from clustermq.broker import fastparse
 from clustermq.broker.listener import StompListener
 from clustermq.broker.nodes import Node
 from clustermq.broker.redaction import register_secret  # importing it installs log redaction
@@ -79,6 +80,7 @@ def _open_member(
         prefer_localhost=False,
         try_loopback_connect=False,
     )
+    fastparse.install(conn)  # half of a reader's CPU was stomp.py's header parsing
     apply_tls(conn, node)
     # The login's own listener: whatever ``listener`` is, the outcome of CONNECT is known here.
     login = StompListener()
