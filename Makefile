@@ -42,7 +42,7 @@ unit: $(STAMP)
 BENCH_SCALE ?= 0.3
 
 bench: setup
-	$(BIN)/python -m clustermq.devtools.bench.run --scale $(BENCH_SCALE) --out bench-results --doc docs/benchmarks.md
+	$(BIN)/python -m clustermq.devtools.bench.run --scale $(BENCH_SCALE) --out bench-results --doc docs/benchmarks.md --readme README.md
 
 demo: setup
 	$(BIN)/clustermq demo
