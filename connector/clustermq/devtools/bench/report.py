@@ -34,7 +34,7 @@ def _ratio_text(row: dict[str, Any]) -> str:
     if row.get("ratio_to_raw") is None:
         return "—"
     text = _fmt(row["ratio_to_raw"], 2)
-    if row.get("repeats", 1) > 1 and row.get("ratio_min") is not None:
+    if row.get("repeats", 1) > 1 and row.get("ratio_min") is not None and row["ratio_min"] != row["ratio_max"]:
         text += f" ({_fmt(row['ratio_min'], 2)}–{_fmt(row['ratio_max'], 2)})"
     return text
 
@@ -97,14 +97,16 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     ]
     lines += comparison_tables(results)
     extras = results.get("extras_flavor", "")
-    lines += ["", f"## Reader scaling with the number of nodes ({extras}, one run)", "",
-              "| nodes | messages | messages/s | ratio to 1 node |", "| ---: | ---: | ---: | ---: |"]
+    if results["scaling"]:
+        lines += ["", f"## Reader scaling with the number of nodes ({extras}, one run)", "",
+                  "| nodes | messages | messages/s | ratio to 1 node |", "| ---: | ---: | ---: | ---: |"]
     for row in results["scaling"]:
         lines.append(f"| {row['nodes']} | {_fmt(row['messages'])} | {_fmt(row['messages_per_s'])} | "
                      f"{_fmt(row.get('ratio_to_one_node'), 2)} |")
-    lines += ["", f"## Batch size (`maxMessagesPerTrigger`, {extras}, one run each)", "",
-              "| maxMessagesPerTrigger | messages/s | batches | batch p50 ms | batch p95 ms |",
-              "| ---: | ---: | ---: | ---: | ---: |"]
+    if results["batch_size"]:
+        lines += ["", f"## Batch size (`maxMessagesPerTrigger`, {extras}, one run each)", "",
+                  "| maxMessagesPerTrigger | messages/s | batches | batch p50 ms | batch p95 ms |",
+                  "| ---: | ---: | ---: | ---: | ---: |"]
     for row in results["batch_size"]:
         lines.append(f"| {_fmt(row['maxMessagesPerTrigger'])} | {_fmt(row['messages_per_s'])} | "
                      f"{_fmt(row.get('batches'))} | {_fmt(row.get('batch_ms_p50'))} | "
@@ -139,9 +141,15 @@ def headline(results: dict[str, Any]) -> str:
     lines = [f"Measured by `make bench` on {env['date']} ({env['machine']}, scale {env['scale']}, "
              f"median of {env.get('repeats', 1)} alternating runs, min–max in brackets):", ""]
     for flavor in env.get("flavors", []):
-        parts = [f"{row['name'].split(': ', 1)[1]} {_ratio_text(row)}×"
-                 for row in results["comparisons"]
-                 if row.get("flavor") == flavor and row.get("ratio_to_raw") not in (None, 1.0)]
+        parts = []
+        for row in results["comparisons"]:
+            if row.get("flavor") != flavor or row.get("ratio_to_raw") in (None, 1.0):
+                continue
+            part = f"{row['name'].split(': ', 1)[1]} {_ratio_text(row)}×"
+            reader_us = (row.get("cpu_us_per_msg") or {}).get("reader")
+            if reader_us:
+                part += f" (reader process {_fmt(reader_us)} µs CPU per message)"
+            parts.append(part)
         if parts:
             lines.append(f"* {flavor}: " + "; ".join(parts) + " the raw stomp.py client.")
     return "\n".join(lines)
