@@ -23,8 +23,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from clustermq.broker.nodes import Node, format_nodes
 from clustermq.broker.settings import ConnectionOptions
-from clustermq.devtools.bench.cpu import CpuMeter
-from clustermq.devtools.bench.probes import DepthSampler, MemorySampler
+from clustermq.devtools.bench.probes import CpuMeter, DepthSampler, MemorySampler
 from clustermq.devtools.bench.raw import raw_drain
 from clustermq.devtools.loadgen import LoadSpec, produce
 from clustermq.options import parse_connection_options
