@@ -70,9 +70,11 @@ def comparison_tables(results: dict[str, Any]) -> list[str]:
                 f"{_fmt(row.get('stalled_with_left'))} |")
         lines += [
             "", f"CPU per message ({flavor}, µs, median of the runs): *driver* is the bench's own "
-            "process (the raw clients, the load generator, the writer's move out of staging), "
-            "*reader* the Python process Spark starts for the streaming source (it holds the "
-            "reader's connections), *workers* the Python workers (executors), *JVM* the Spark JVM.",
+            "process (the raw clients and the load generator run there), *reader* the Python process "
+            "Spark starts for the streaming source (it holds the reader's connections), *workers* "
+            "every other Python process under the Spark JVM (the executors' workers, and the "
+            "driver-side Python runner of a write's commit, where the move out of staging runs), "
+            "*JVM* the Spark JVM. The brokers' CPU is not counted.",
             "",
             "| run | driver | reader | workers | JVM |",
             "| --- | ---: | ---: | ---: | ---: |",
