@@ -104,9 +104,11 @@ def queue_to_delta(
     runs = 0
     try:
         # AvailableNow reads the backlog measured at start. A Classic network with many groups
-        # sometimes stops dispatching to a consumer (docs/design.md, "Dispatch stalls"); the run
-        # then ends with messages left, unacknowledged. Like an operator, the demo runs the job
-        # again from its checkpoint (fresh subscriptions drain the rest) and reports the runs.
+        # could stop dispatching to a consumer (docs/broker-behaviour.md, "Dispatch stalls");
+        # the run then ends with messages left, unacknowledged. Since the local cluster's queues
+        # wait before their first dispatch (timeBeforeDispatchStarts) 5 of 5 demos needed one
+        # run; should it happen, the demo, like an operator, runs the job again from its
+        # checkpoint (fresh subscriptions drain the rest) and reports the runs.
         while runs < MAX_RUNS:
             runs += 1
             _say(f"running queue_to_delta (Trigger.AvailableNow, run {runs}) into the Delta "

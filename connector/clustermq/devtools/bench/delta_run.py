@@ -11,7 +11,7 @@ import time
 import uuid
 
 from clustermq.devtools.bench.probes import DepthSampler
-from clustermq.devtools.bench.scenarios import Bench, Figure, progress_stats
+from clustermq.devtools.bench.scenarios import Bench, Figure, depth_rise, first_batch, progress_stats
 from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
 
@@ -21,8 +21,8 @@ def read_into_delta(b: Bench, queue: str, count: int, max_per_trigger: int) -> F
     checkpoint = b.work / f"cp-delta-{uuid.uuid4().hex[:8]}"
     sink = IdempotentDeltaWriter(str(table))
     options = b.reader_options(queue, maxMessagesPerTrigger=max_per_trigger)
-    with DepthSampler(b.connection(queue), queue) as depths:
-        started = time.monotonic()
+    with DepthSampler(b.connection(queue), queue) as depths, b.cpu() as cpu:
+        started, started_epoch = time.monotonic(), time.time()
         query = (b.spark.readStream.format("clustermq").options(**options).load()
                  .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
                  .trigger(availableNow=True).start())
@@ -34,4 +34,5 @@ def read_into_delta(b: Bench, queue: str, count: int, max_per_trigger: int) -> F
         raise RuntimeError(f"queue_to_delta: {rows} rows in the table, {count} produced")
     return Figure("read: queue_to_delta -> Delta table", rows, seconds,
                   {"maxMessagesPerTrigger": max_per_trigger, "depth_series": depths.series.samples,
-                   **progress_stats(query)})
+                   **progress_stats(query), **first_batch(query, started_epoch),
+                   **depth_rise(depths.series.samples), **cpu.per_message(rows)})

@@ -1,7 +1,10 @@
 """Measurements taken *while* a scenario runs: queue depth per node, resident memory.
 
-Both run in a background thread and sample at a fixed interval, so a plot of throughput over
-time per node and a memory curve come out of the same run that produced the headline figure.
+Each runs in a background thread and samples at a fixed interval, so a plot of throughput over
+time per node, a memory curve and the CPU per message come out of the same run that produced the
+headline figure. CPU is measured because the gap between the connector and a raw client on a
+2-core machine is CPU, not waiting: the brokers, the Spark JVM, the reader's Python process and
+the Python workers share the cores.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from clustermq.broker.depth import queue_depths
 from clustermq.broker.settings import ConnectionOptions
@@ -134,3 +137,80 @@ class MemorySampler(_Sampler):
         if not self.samples:
             return 0, 0
         return max(s[1] for s in self.samples), max(s[2] for s in self.samples)
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of one live process (its own threads, not its reaped children)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kind(pid: int) -> str:
+    """``reader`` for the Python process Spark starts for a streaming source (it holds the
+    reader's connections), ``workers`` for every other Python process under the JVM."""
+    cmd = _cmdline(pid)
+    if "streaming_source" in cmd:
+        return "reader"
+    return "workers" if "python" in cmd or "pyspark" in cmd else "other"
+
+
+class CpuMeter(_Sampler):
+    """CPU seconds spent during the ``with`` by: this process (the bench's driver, where the raw
+    clients, the load generator and the writer's move run), the Spark JVM, the reader process and
+    the Python workers. Processes under the JVM are sampled every ``interval_s``; one that ends
+    between two samples loses at most that interval of its CPU."""
+
+    def __init__(self, jvm_pid: int | None, interval_s: float = 0.5) -> None:
+        super().__init__(interval_s, "bench-cpu")
+        self.jvm_pid = jvm_pid
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._kinds: dict[int, str] = {}
+        self._self0 = 0.0
+        self.seconds: dict[str, float] = {}
+
+    def __enter__(self) -> CpuMeter:
+        self._self0 = time.process_time()
+        self._scan(baseline=True)
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self._scan(baseline=False)
+        spent = {"driver": time.process_time() - self._self0, "jvm": 0.0, "reader": 0.0, "workers": 0.0}
+        for pid, last in self._last.items():
+            kind = "jvm" if pid == self.jvm_pid else self._kinds.get(pid, "other")
+            if kind in spent:
+                spent[kind] += max(0.0, last - self._first.get(pid, 0.0))
+        self.seconds = {k: round(v, 2) for k, v in spent.items()}
+
+    def sample(self, at: float) -> None:
+        self._scan(baseline=False)
+
+    def _scan(self, baseline: bool) -> None:
+        if self.jvm_pid is None:
+            return
+        for pid in [self.jvm_pid, *_descendants(self.jvm_pid)]:
+            cpu = _cpu_s(pid)
+            if cpu is None:
+                continue
+            if pid not in self._kinds:
+                self._kinds[pid] = _kind(pid)
+                if baseline:
+                    self._first[pid] = cpu
+            self._last[pid] = cpu
+
+    def per_message(self, messages: int) -> dict[str, Any]:
+        """``cpu_s`` per process class and µs per message for each (0 messages: none)."""
+        out: dict[str, Any] = {"cpu_s": dict(self.seconds)}
+        if messages > 0:
+            out["cpu_us_per_msg"] = {k: round(v * 1e6 / messages, 1) for k, v in self.seconds.items()}
+        return out

@@ -1,9 +1,11 @@
 """``clustermq bench`` / ``make bench``: every comparison of the benchmark in one process.
 
-Starts its own 3-node local cluster (stopped at the end, also on failure), one local Spark
-session, then runs the scenarios in a fixed order and writes ``results.json``, the Markdown
-table and the plots. ``--scale`` shrinks every message count (the test suite's smoke run uses a
-tiny scale so the script cannot rot).
+Per flavor it starts its own 3-node local cluster (stopped at the end, also on failure) and runs
+each comparison of ``pairs.PAIRS`` as alternating runs (baseline, candidate, baseline, ...), so a
+slow phase of a shared machine hits both sides; a ratio is the median of the per-run ratios, with
+its min and max. The non-ratio steps (scaling, batch-size sweep, memory) run once, on the first
+flavor. Writes ``results.json``, the Markdown tables, the plots and the README's headline.
+``--scale`` shrinks every message count (the suite's smoke run uses a tiny scale).
 """
 
 from __future__ import annotations
@@ -13,36 +15,27 @@ import datetime as _dt
 import os
 import platform
 import shutil
+import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from clustermq.devtools.bench import report
-from clustermq.devtools.bench.delta_run import read_into_delta
-from clustermq.devtools.bench.scenarios import (
-    Bench,
-    Figure,
-    drain_quietly,
-    read_connector,
-    read_raw,
-    write_connector,
-    write_raw,
-)
+from clustermq.devtools.bench import extras, plots, report
+from clustermq.devtools.bench.pairs import PAIRS, Pair
+from clustermq.devtools.bench.scenarios import Bench, Figure
 from clustermq.devtools.localcluster import LocalCluster
+from clustermq.devtools.localcluster.flavors import FLAVORS
 from clustermq.pipelines.delta_jars import delta_jars
 from clustermq.pipelines.delta_session import delta_session
 from clustermq.pipelines.session import LOCAL_TUNING, job_session
 
 BASE_MESSAGES = 200_000
 MEMORY_MESSAGES = 1_000_000
-SWEEP = (1_000, 5_000, 20_000, 50_000)
-READ_MAX_PER_TRIGGER = 20_000
-MEMORY_MAX_PER_TRIGGER = 10_000
-STEPS = ("write", "read", "delta", "scaling", "sweep", "memory")
+EXTRA_STEPS = ("scaling", "sweep", "memory")
+STEPS = tuple(p.key for p in PAIRS) + EXTRA_STEPS
 
 
 def _say(text: str) -> None:
@@ -67,7 +60,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="bench-results", help="directory for results.json and plots")
     p.add_argument("--doc", default=None,
                    help="also write the Markdown table here (make bench: docs/benchmarks.md)")
-    p.add_argument("--dir", default=".cache/bench/cluster", help="directory of the bench's cluster")
+    p.add_argument("--readme", default=None,
+                   help="also refresh the headline between the bench markers of this file")
+    p.add_argument("--dir", default=".cache/bench/cluster", help="directory of the bench's clusters")
+    p.add_argument("--flavors", default=",".join(FLAVORS),
+                   help="comma-separated broker flavors, one cluster each (default: all)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="alternating baseline/candidate runs per comparison (default 3)")
     p.add_argument("--no-delta", action="store_true", help="skip the queue_to_delta run")
     p.add_argument("--steps", default=",".join(STEPS),
                    help=f"comma-separated subset of {', '.join(STEPS)} (default: all)")
@@ -78,145 +77,131 @@ def _count(base: int, scale: float, minimum: int = 300) -> int:
     return max(minimum, int(base * scale))
 
 
+def _median_run(figs: list[Figure], key: list[float]) -> Figure:
+    """The run whose key is the median (the lower middle for an even count)."""
+    order = sorted(range(len(figs)), key=lambda i: key[i])
+    return figs[order[(len(order) - 1) // 2]]
+
+
+def _cpu_medians(figs: list[Figure]) -> dict[str, float]:
+    kinds = {k for f in figs for k in f.extra.get("cpu_us_per_msg", {})}
+    return {k: round(statistics.median(f.extra.get("cpu_us_per_msg", {}).get(k, 0.0) for f in figs), 1)
+            for k in sorted(kinds)}
+
+
+def _row(figs: list[Figure], ratios: list[float | None], flavor: str, pair: Pair) -> dict[str, Any]:
+    """One table row from repeated runs: the median run's figures, the ratio's median and range."""
+    known = [r for r in ratios if r is not None]
+    fig = _median_run(figs, [r or 0.0 for r in ratios] if known else [f.rate for f in figs])
+    row = fig.as_json()
+    row.update(flavor=flavor, kind=pair.kind, repeats=len(figs),
+               messages_per_s=round(statistics.median(f.rate for f in figs), 1),
+               cpu_us_per_msg=_cpu_medians(figs),
+               runs=[{"messages_per_s": round(f.rate, 1), "ratio": r, "seconds": round(f.seconds, 2),
+                      **{k: f.extra[k] for k in ("first_batch_s", "depth_rise_max", "cpu_us_per_msg",
+                                                 "batch_ms_p95", "stalled_with_left") if k in f.extra}}
+                     for f, r in zip(figs, ratios)])
+    if known:
+        row.update(ratio_to_raw=round(statistics.median(known), 3),
+                   ratio_min=round(min(known), 3), ratio_max=round(max(known), 3))
+    return row
+
+
+def run_pairs(b: Bench, pairs: list[Pair], n: int, repeats: int, flavor: str) -> list[dict[str, Any]]:
+    """Alternate each pair's baseline and candidate ``repeats`` times; one row per side (a
+    baseline shared by several pairs is reported once, with the runs of its first pair)."""
+    rows: list[dict[str, Any]] = []
+    reported: set[str] = set()
+    for pair in pairs:
+        base_figs, cand_figs = [], []
+        for i in range(repeats):
+            b.say(f"  [{flavor}] {pair.key} run {i + 1}/{repeats}: baseline")
+            base_figs.append(pair.baseline(b, n))
+            b.say(f"  [{flavor}] {pair.key} run {i + 1}/{repeats}: candidate")
+            cand_figs.append(pair.candidate(b, n))
+            b.say(f"    {base_figs[-1].name}: {base_figs[-1].rate:,.0f} msg/s; "
+                  f"{cand_figs[-1].name}: {cand_figs[-1].rate:,.0f} msg/s")
+        ratios = [report.ratio(c.rate, s.rate) for s, c in zip(base_figs, cand_figs)]
+        if base_figs[0].name not in reported:
+            reported.add(base_figs[0].name)
+            rows.append(_row(base_figs, [1.0] * repeats, flavor, pair))
+        rows.append(_row(cand_figs, ratios, flavor, pair))
+    return rows
+
+
+def _session(spark: SparkSession | None, use_delta: bool) -> tuple[SparkSession, bool]:
+    conf = {**LOCAL_TUNING, "spark.ui.enabled": "false", "spark.log.level": "WARN",
+            "spark.sql.streaming.numRecentProgressUpdates": "100000",
+            "spark.sql.shuffle.partitions": "3"}
+    if spark is not None:
+        return spark, use_delta and "delta" in (spark.conf.get("spark.sql.extensions") or "").lower()
+    if use_delta:
+        return delta_session("clustermq-bench", extra_conf=conf), True
+    return job_session("clustermq-bench", extra_conf=conf), False
+
+
 def run(
     args: argparse.Namespace, cluster: LocalCluster | None = None, spark: SparkSession | None = None
 ) -> dict[str, Any]:
-    """Run the selected steps; ``cluster``/``spark`` may be given (the smoke test shares its
-    session's), else the bench starts and stops its own."""
+    """Run the selected steps on every flavor; ``cluster``/``spark`` may be given (the smoke test
+    shares its session's, and then runs that cluster's flavor only), else the bench starts and
+    stops its own."""
     out = Path(args.out)
     work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     n = _count(BASE_MESSAGES, args.scale)
     started = time.monotonic()
-    steps: list[tuple[str, Callable[[], None]]] = []
+    wanted = {s.strip() for s in args.steps.split(",") if s.strip()}
+    unknown = wanted - set(STEPS)
+    if unknown:
+        raise SystemExit(f"unknown --steps {sorted(unknown)}; allowed: {', '.join(STEPS)}")
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
+    flavors = [cluster.state().flavor] if cluster else [f.strip() for f in args.flavors.split(",") if f.strip()]
+    bad = set(flavors) - set(FLAVORS)
+    if bad:
+        raise SystemExit(f"unknown --flavors {sorted(bad)}; allowed: {', '.join(FLAVORS)}")
     results: dict[str, Any] = {"comparisons": [], "scaling": [], "batch_size": [], "notes": []}
-
-    own_cluster, own_spark = cluster is None, spark is None
-    if cluster is None:
-        cluster = LocalCluster(Path(args.dir))
-        _say(f"starting a 3-node cluster in {args.dir}")
-        cluster.up(nodes=3, progress=_say)
+    own_spark = spark is None
+    spark, use_delta = _session(spark, not args.no_delta and _delta_available())
     try:
-        username, password = cluster.credentials
-        nodes = list(cluster.nodes())
-        use_delta = not args.no_delta and _delta_available()
-        conf = {**LOCAL_TUNING, "spark.ui.enabled": "false", "spark.log.level": "WARN",
-                "spark.sql.streaming.numRecentProgressUpdates": "100000",
-                "spark.sql.shuffle.partitions": "3"}
-        if spark is not None:
-            use_delta = use_delta and "delta" in (spark.conf.get("spark.sql.extensions") or "").lower()
-        elif use_delta:
-            spark = delta_session("clustermq-bench", extra_conf=conf)
-        else:
-            spark = job_session("clustermq-bench", extra_conf=conf)
         jvm = spark.sparkContext._jvm
         assert jvm is not None  # set while the session runs
         jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
-        b = Bench(nodes, username, password, spark, work, _say)
-        results["environment"] = {
-            "date": _dt.date.today().isoformat(), "machine": _machine(), "nodes": len(nodes),
-            "flavor": cluster.state().flavor, "scale": args.scale, "messages": n,
-            "body_size": b.body_size, "groups": b.groups,
-        }
-        comparisons: list[Figure] = []
-
-        def write_pair() -> None:
-            raw, queue = write_raw(b, n)
-            comparisons.append(raw)
-            _say(f"  {raw.name}: {raw.rate:,.0f} msg/s")
-            raw_read = read_raw(b, queue, n)
-            comparisons.append(raw_read)
-            _say(f"  {raw_read.name}: {raw_read.rate:,.0f} msg/s")
-            cmq, queue = write_connector(b, n)
-            comparisons.append(cmq)
-            _say(f"  {cmq.name}: {cmq.rate:,.0f} msg/s")
-            drain_quietly(b, queue, n)
-
-        def read_step(what: str, measure: Callable[[Bench, str, int, int], Figure]) -> Callable[[], None]:
-            def step() -> None:
-                queue = b.new_queue(what)
-                b.preload(queue, n)
-                fig = measure(b, queue, n, READ_MAX_PER_TRIGGER)
-                comparisons.append(fig)
-                _say(f"  {fig.name}: {fig.rate:,.0f} msg/s")
-            return step
-
-        def scaling() -> None:
-            count = _count(BASE_MESSAGES // 2, args.scale)
-            for k in (1, 2, 3):
-                queue = b.new_queue(f"scale{k}")
-                b.preload(queue, count, nodes[:k])
-                fig = read_connector(b, queue, count, READ_MAX_PER_TRIGGER, nodes[:k],
-                                     name=f"read: {k} node(s)")
-                results["scaling"].append({**_slim(fig), "nodes": k})
-                _say(f"  {k} node(s): {fig.rate:,.0f} msg/s")
-            one = results["scaling"][0]["messages_per_s"]
-            for row in results["scaling"]:
-                row["ratio_to_one_node"] = report.ratio(row["messages_per_s"], one)
-
-        def sweep() -> None:
-            count = _count(BASE_MESSAGES // 2, args.scale)
-            for size in SWEEP:
-                queue = b.new_queue(f"sweep{size}")
-                b.preload(queue, count)
-                fig = read_connector(b, queue, count, size, name=f"maxMessagesPerTrigger={size}")
-                results["batch_size"].append(_slim(fig))
-                _say(f"  maxMessagesPerTrigger={size}: {fig.rate:,.0f} msg/s, "
-                     f"p50 {fig.extra.get('batch_ms_p50')} ms, p95 {fig.extra.get('batch_ms_p95')} ms")
-
-        def memory() -> None:
-            count = _count(MEMORY_MESSAGES, args.scale)
-            queue = b.new_queue("memory")
-            b.preload(queue, count)
-            fig = read_connector(b, queue, count, MEMORY_MAX_PER_TRIGGER, name="memory drain",
-                                 memory_jvm_pid=jvm_pid)
-            results["memory"] = {**_slim(fig, keep_memory=True)}
-            _say(f"  drained {count:,}: peak RSS reader {fig.extra.get('peak_rss_reader_mib')} MiB, "
-                 f"JVM {fig.extra.get('peak_rss_jvm_mib')} MiB")
-
-        wanted = {s.strip() for s in args.steps.split(",") if s.strip()}
-        unknown = wanted - set(STEPS)
-        if unknown:
-            raise SystemExit(f"unknown --steps {sorted(unknown)}; allowed: {', '.join(STEPS)}")
-        if "write" not in wanted:
-            raise SystemExit("--steps must include 'write': it measures the raw baselines")
-        every = {"write": ("write: raw vs clustermq (and the raw read)", write_pair),
-                 "read": ("read: clustermq reader into noop", read_step("read-noop", read_connector)),
-                 "delta": ("read: queue_to_delta into a Delta table", read_step("read-delta", read_into_delta)),
-                 "scaling": ("scaling over 1, 2, 3 nodes", scaling),
-                 "sweep": ("batch-size sweep", sweep),
-                 "memory": ("memory while draining the large backlog", memory)}
-        if "delta" in wanted and not use_delta:
-            wanted.discard("delta")
+        pairs = [p for p in PAIRS if p.key in wanted and (use_delta or not p.needs_delta)]
+        if any(p.needs_delta and p.key in wanted for p in PAIRS) and not use_delta:
             results["notes"].append("queue_to_delta run skipped (no Delta jars or --no-delta)")
-        steps = [every[name] for name in STEPS if name in wanted]
-        for i, (title, step) in enumerate(steps, 1):
-            _say(f"[{i}/{len(steps)}] {title} (elapsed {time.monotonic() - started:.0f} s)")
-            step()
-
-        raw_read = next(f for f in comparisons if f.name.startswith("read: raw"))
-        raw_write = next(f for f in comparisons if f.name.startswith("write: raw"))
-        for fig in comparisons:
-            base = raw_read if fig.name.startswith("read") else raw_write
-            row = fig.as_json()
-            row["ratio_to_raw"] = report.ratio(fig.rate, base.rate)
-            results["comparisons"].append(row)
+        results["environment"] = {
+            "date": _dt.date.today().isoformat(), "machine": _machine(), "flavors": flavors,
+            "scale": args.scale, "messages": n, "repeats": args.repeats,
+        }
+        for index, flavor in enumerate(flavors):
+            cl = cluster or LocalCluster(Path(args.dir) / flavor)
+            if cluster is None:
+                _say(f"starting a 3-node {flavor} cluster in {Path(args.dir) / flavor}")
+                cl.up(nodes=3, flavor=flavor, progress=_say)
+            try:
+                username, password = cl.credentials
+                b = Bench(list(cl.nodes()), username, password, spark, work, _say, jvm_pid=jvm_pid)
+                results["environment"].update(nodes=len(b.nodes), body_size=b.body_size, groups=b.groups)
+                _say(f"[{flavor}] comparisons (elapsed {time.monotonic() - started:.0f} s)")
+                results["comparisons"] += run_pairs(b, pairs, n, args.repeats, flavor)
+                if index == 0:
+                    results["extras_flavor"] = flavor
+                    for step, count in (("scaling", BASE_MESSAGES // 2), ("sweep", BASE_MESSAGES // 2),
+                                        ("memory", MEMORY_MESSAGES)):
+                        if step in wanted:
+                            _say(f"[{flavor}] {step} (elapsed {time.monotonic() - started:.0f} s)")
+                            getattr(extras, step)(b, _count(count, args.scale), results)
+            finally:
+                if cluster is None:
+                    cl.down()
         results["environment"]["seconds"] = round(time.monotonic() - started, 1)
+    finally:
         if own_spark:
             spark.stop()
-    finally:
-        if own_cluster:
-            cluster.down()
     return results
-
-
-def _slim(fig: Figure, keep_memory: bool = False) -> dict[str, Any]:
-    row = fig.as_json()
-    row.pop("depth_series", None)
-    if not keep_memory:
-        row.pop("memory_series", None)
-    return row
 
 
 def _delta_available() -> bool:
@@ -234,7 +219,7 @@ def main(
     results = run(args, cluster, spark)
     out = Path(args.out)
     report.write_json(results, out / "results.json")
-    images = report.plots(results, out)
+    images = plots.plots(results, out)
     _say(f"wrote {out / 'results.json'} and {len(images)} plot(s)")
     if args.doc:
         doc = Path(args.doc)
@@ -246,8 +231,12 @@ def main(
             names.append(image.name)
         doc.write_text(report.markdown(results, names), encoding="utf-8")
         _say(f"wrote {doc}")
+    if args.readme:
+        report.refresh_headline(Path(args.readme), results)
+        _say(f"refreshed the headline in {args.readme}")
     for row in results["comparisons"]:
-        _say(f"{row['name']:<40} {row['messages_per_s']:>10,.0f} msg/s  ratio {row['ratio_to_raw']}")
+        _say(f"[{row['flavor']}] {row['name']:<40} {row['messages_per_s']:>10,.0f} msg/s  "
+             f"ratio {row.get('ratio_to_raw')} ({row.get('ratio_min')}-{row.get('ratio_max')})")
     return 0
 
 

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from clustermq.broker.nodes import Node, format_nodes
 from clustermq.broker.settings import ConnectionOptions
-from clustermq.devtools.bench.probes import DepthSampler, MemorySampler
+from clustermq.devtools.bench.probes import CpuMeter, DepthSampler, MemorySampler
 from clustermq.devtools.bench.raw import raw_drain
 from clustermq.devtools.loadgen import LoadSpec, produce
 from clustermq.options import parse_connection_options
@@ -67,6 +67,11 @@ class Bench:
     say: Say
     body_size: int = 256
     groups: int = 1000
+    #: the Spark JVM's pid: CPU meters look for the reader process and the workers under it
+    jvm_pid: int | None = None
+
+    def cpu(self) -> CpuMeter:
+        return CpuMeter(self.jvm_pid)
 
     def connection(self, queue: str, nodes: list[Node] | None = None) -> ConnectionOptions:
         return parse_connection_options(self.reader_options(queue, nodes))
@@ -93,8 +98,9 @@ class Bench:
 def write_raw(b: Bench, count: int) -> tuple[Figure, str]:
     """Plain stomp.py producers, one per node, persistent, a transaction per 1,000 + receipt."""
     queue = b.new_queue("write-raw")
-    seconds = b.preload(queue, count)
-    return Figure("write: raw stomp.py producers", count, seconds), queue
+    with b.cpu() as cpu:
+        seconds = b.preload(queue, count)
+    return Figure("write: raw stomp.py producers", count, seconds, cpu.per_message(count)), queue
 
 
 def write_connector(b: Bench, count: int, partitions: int = 6) -> tuple[Figure, str]:
@@ -107,11 +113,13 @@ def write_connector(b: Bench, count: int, partitions: int = 6) -> tuple[Figure, 
                   F.concat(F.lit("g"), (F.col("id") % b.groups).cast("string")).alias("group_id"))
           .cache())
     df.count()  # materialise the input so the timing is the write alone
-    started = time.monotonic()
-    (df.write.format("clustermq").mode("append").options(**b.reader_options(queue)).save())
-    seconds = time.monotonic() - started
+    with b.cpu() as cpu:
+        started = time.monotonic()
+        (df.write.format("clustermq").mode("append").options(**b.reader_options(queue)).save())
+        seconds = time.monotonic() - started
     df.unpersist()
-    return Figure("write: clustermq writer", count, seconds, {"partitions": partitions}), queue
+    return Figure("write: clustermq writer", count, seconds,
+                  {"partitions": partitions, **cpu.per_message(count)}), queue
 
 
 # ------------------------------------------------------------------------------- reading
@@ -123,10 +131,11 @@ RAW_PREFETCH = 40_000
 
 
 def read_raw(b: Bench, queue: str, count: int) -> Figure:
-    with DepthSampler(b.connection(queue), queue) as depths:
+    with DepthSampler(b.connection(queue), queue) as depths, b.cpu() as cpu:
         result = raw_drain(b.connection(queue), count, prefetch=RAW_PREFETCH,
                            idle_timeout_s=STALL_S)
-    extra: dict[str, Any] = {"per_node": result.per_node, "depth_series": depths.series.samples}
+    extra: dict[str, Any] = {"per_node": result.per_node, "depth_series": depths.series.samples,
+                             **depth_rise(depths.series.samples), **cpu.per_message(result.total)}
     if result.total < count:
         extra["stalled_with_left"] = count - result.total
         b.say(f"  raw consumers stalled with {count - result.total} messages left; "
@@ -160,11 +169,11 @@ def read_connector(
                                availableNowIdleTimeout=int(STALL_S * 1000))
     checkpoint = b.work / f"cp-{uuid.uuid4().hex[:8]}"
     memory = MemorySampler(memory_jvm_pid) if memory_jvm_pid else None
-    with DepthSampler(b.connection(queue, nodes), queue) as depths:
+    with DepthSampler(b.connection(queue, nodes), queue) as depths, b.cpu() as cpu:
         if memory:
             memory.__enter__()
         try:
-            started = time.monotonic()
+            started, started_epoch = time.monotonic(), time.time()
             query = (b.spark.readStream.format("clustermq").options(**options).load()
                      .writeStream.format("noop").option("checkpointLocation", str(checkpoint))
                      .trigger(availableNow=True).start())
@@ -187,7 +196,9 @@ def read_connector(
               "rest (not timed)")
         drain_quietly(b, queue, count - read, nodes)
     extra: dict[str, Any] = {**stall, "maxMessagesPerTrigger": max_per_trigger, "nodes": len(nodes or b.nodes),
-                             "depth_series": depths.series.samples, **progress_stats(query)}
+                             "depth_series": depths.series.samples, **progress_stats(query),
+                             **first_batch(query, started_epoch), **depth_rise(depths.series.samples),
+                             **cpu.per_message(read)}
     if memory:
         jvm, reader = memory.peak()
         extra["memory_series"] = memory.samples
@@ -195,6 +206,31 @@ def read_connector(
         extra["peak_rss_reader_mib"] = round(reader / 1024, 1)
         extra.update(_memory_growth(memory.samples))
     return Figure(name, read, seconds, extra)
+
+
+def first_batch(query: StreamingQuery, started_epoch: float) -> dict[str, Any]:
+    """Seconds from the query's start to the end of its first batch that read something: what a
+    user waits for on a cold backlog (the broker's dispatch, not Spark's start, dominates it)."""
+    busy = [p for p in query.recentProgress if p.numInputRows]
+    return {"first_batch_s": round(_end_seconds(busy[0]) - started_epoch, 1)} if busy else {}
+
+
+def depth_rise(samples: list[tuple[float, dict[str, int | None]]]) -> dict[str, Any]:
+    """Messages each node's depth *gained* while the reader drained it (sum of the rises between
+    samples): 0 when every node's backlog only falls, more when the network shipped messages
+    from one node whose reader had them to another."""
+    rises: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for _, depths in samples:
+        for node, depth in depths.items():
+            if depth is None:
+                continue
+            if node in last:
+                rises[node] = rises.get(node, 0) + max(0, depth - last[node])
+            else:
+                rises.setdefault(node, 0)
+            last[node] = depth
+    return {"depth_rise": rises, "depth_rise_max": max(rises.values(), default=0)}
 
 
 def _memory_growth(samples: list[tuple[float, int, int]]) -> dict[str, Any]:

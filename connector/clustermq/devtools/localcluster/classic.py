@@ -43,6 +43,10 @@ BRIDGE_INACTIVITY_MS = 10000
 # reader ACKs once per committed batch: with Classic's default of 200, 2 of 5 measured drains ran
 # in batches of a few hundred messages per node (activemq.xml.tmpl, docs/design.md).
 MAX_PAGE_SIZE = 5000
+# How long a queue waits after its first consumer before it dispatches, so a reader that
+# subscribes node by node has its own subscription on every node before the network can ship a
+# node's backlog (and pin its groups) to another node (activemq.xml.tmpl, broker-behaviour.md).
+DISPATCH_START_MS = 1000
 
 # What bin/activemq passes on Java 9+: XStream (map-message transformation), JMX and the
 # console reflect into these JDK packages.
@@ -183,6 +187,7 @@ class ClassicFlavor(BrokerFlavor):
                 "max_frame_size": MAX_FRAME_SIZE,
                 "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
                 "max_page_size": MAX_PAGE_SIZE,
+                "dispatch_start_ms": DISPATCH_START_MS,
             },
         )
         write_file(conf / "activemq.xml", broker_xml)

@@ -1,0 +1,80 @@
+"""The comparisons of ``make bench``: each a candidate and the raw-client baseline it is quoted
+against. This is the one list to extend: a new step is one more :class:`Pair`.
+
+Each measure does its whole run on the cluster (preload, the timed work, clean-up) and returns a
+:class:`Figure`; the runner alternates baseline and candidate (baseline, candidate, baseline, ...)
+so slow phases of a shared machine hit both, and quotes the median ratio with its min and max.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clustermq.devtools.bench.delta_run import read_into_delta
+from clustermq.devtools.bench.scenarios import (
+    Bench,
+    Figure,
+    drain_quietly,
+    read_connector,
+    read_raw,
+    write_connector,
+    write_raw,
+)
+
+Measure = Callable[[Bench, int], Figure]
+
+#: maxMessagesPerTrigger of the read comparisons
+READ_MAX_PER_TRIGGER = 20_000
+
+
+def raw_write(b: Bench, n: int) -> Figure:
+    fig, queue = write_raw(b, n)
+    drain_quietly(b, queue, n)
+    return fig
+
+
+def connector_write(b: Bench, n: int) -> Figure:
+    fig, queue = write_connector(b, n)
+    drain_quietly(b, queue, n)
+    return fig
+
+
+def raw_read(b: Bench, n: int) -> Figure:
+    queue = b.new_queue("read-raw")
+    b.preload(queue, n)
+    return read_raw(b, queue, n)
+
+
+def reader_noop(b: Bench, n: int) -> Figure:
+    queue = b.new_queue("read-noop")
+    b.preload(queue, n)
+    return read_connector(b, queue, n, READ_MAX_PER_TRIGGER)
+
+
+def reader_delta(b: Bench, n: int) -> Figure:
+    queue = b.new_queue("read-delta")
+    b.preload(queue, n)
+    return read_into_delta(b, queue, n, READ_MAX_PER_TRIGGER)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """``key`` is the ``--steps`` name; ``kind`` says which per-message CPU matters (the reader
+    process for reads, the driver and workers for writes); ``needs_delta`` skips the pair when
+    the Delta jars are not cached."""
+
+    key: str
+    title: str
+    kind: str
+    baseline: Measure
+    candidate: Measure
+    needs_delta: bool = False
+
+
+PAIRS: tuple[Pair, ...] = (
+    Pair("write", "write: raw stomp.py producers vs the clustermq writer", "write", raw_write, connector_write),
+    Pair("read", "read: raw stomp.py consumers vs the reader into noop", "read", raw_read, reader_noop),
+    Pair("delta", "read: raw stomp.py consumers vs queue_to_delta", "read", raw_read, reader_delta,
+         needs_delta=True),
+)

@@ -1,0 +1,102 @@
+"""The bench's PNG plots: depth and throughput per node for each read run, the batch-size sweep,
+memory while draining. The depth plot is where "a node's backlog only falls" is seen: a rising
+line is a network shipping a node's messages to another node that also has a reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _throughput_per_node(series: list[Any]) -> dict[str, tuple[list[float], list[float]]]:
+    """Messages/s leaving each node between consecutive depth samples."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for (t0, d0), (t1, d1) in zip(series, series[1:]):
+        for node, before in d0.items():
+            after = d1.get(node)
+            if before is None or after is None or t1 <= t0:
+                continue
+            xs, ys = out.setdefault(node, ([], []))
+            xs.append(t1)
+            ys.append(max(0.0, (before - after) / (t1 - t0)))
+    return out
+
+
+def _depth_per_node(series: list[Any]) -> dict[str, tuple[list[float], list[float]]]:
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for t, depths in series:
+        for node, depth in depths.items():
+            if depth is not None:
+                xs, ys = out.setdefault(node, ([], []))
+                xs.append(t)
+                ys.append(depth)
+    return out
+
+
+def _per_node_plot(plt: Any, runs: list[dict[str, Any]], curves: Any, ylabel: str, what: str,
+                   path: Path) -> Path:
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), squeeze=False)
+    for ax, run in zip(axes[:, 0], runs):
+        for node, (xs, ys) in sorted(curves(run["depth_series"]).items()):
+            ax.plot(xs, ys, label=node)
+        ax.set_title(f"[{run.get('flavor', '')}] {run['name']} ({what})", fontsize=9)
+        ax.set_ylabel(ylabel)
+        if ax.get_lines():
+            ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("seconds since start")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def plots(results: dict[str, Any], directory: Path) -> list[Path]:
+    """Depth and throughput per node for each read run, the batch-size sweep, memory."""
+    # Imported here: matplotlib is the optional ``bench`` extra (the ``clustermq`` command must
+    # start without it), and the Agg backend has to be chosen before pyplot is imported.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []
+    runs = [r for r in results["comparisons"] if r.get("depth_series")]
+    if runs:
+        made.append(_per_node_plot(plt, runs, _depth_per_node, "queue depth",
+                                   "queue depth per node, median run", directory / "bench-depth-per-node.png"))
+        made.append(_per_node_plot(plt, runs, _throughput_per_node, "messages/s",
+                                   "acknowledged: drop in queue depth per node",
+                                   directory / "bench-throughput-per-node.png"))
+    sweep = results.get("batch_size") or []
+    if sweep:
+        fig, ax1 = plt.subplots(figsize=(7, 3.5))
+        sizes = [r["maxMessagesPerTrigger"] for r in sweep]
+        ax1.plot(sizes, [r["messages_per_s"] for r in sweep], marker="o", label="messages/s")
+        ax1.set_xscale("log")
+        ax1.set_xlabel("maxMessagesPerTrigger")
+        ax1.set_ylabel("messages/s")
+        ax2 = ax1.twinx()
+        ax2.plot(sizes, [r.get("batch_ms_p50") or 0 for r in sweep], "g--", marker="s", label="p50 ms")
+        ax2.plot(sizes, [r.get("batch_ms_p95") or 0 for r in sweep], "r:", marker="^", label="p95 ms")
+        ax2.set_ylabel("batch duration ms")
+        fig.legend(fontsize=8, loc="upper left")
+        fig.tight_layout()
+        path = directory / "bench-batch-size.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        made.append(path)
+    mem = (results.get("memory") or {}).get("memory_series")
+    if mem:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        ax.plot([s[0] for s in mem], [s[1] / 1024 for s in mem], label="Spark JVM")
+        ax.plot([s[0] for s in mem], [s[2] / 1024 for s in mem], label="reader (Python)")
+        ax.set_xlabel("seconds since start")
+        ax.set_ylabel("RSS MiB")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = directory / "bench-memory.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        made.append(path)
+    return made
