@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 setup: tools $(STAMP) brokers delta
 
 tools:
-	@bash scripts/ensure_tools.sh
+	@PYTHON=$(PYTHON) bash scripts/ensure_tools.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proton import Delivery, Link, symbol
 from proton.handlers import MessagingHandler
@@ -28,10 +28,8 @@ from clustermq.broker.dialect import BrokerDialect, resolve_amqp_dialect
 from clustermq.broker.nodes import Node
 from clustermq.errors import NodeUnavailable
 from clustermq.read.amqp_message import message_fields
+from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
-
-if TYPE_CHECKING:
-    from clustermq.read.subscription import NodeSubscription
 
 log = logging.getLogger("clustermq.subscription")
 
@@ -63,7 +61,7 @@ def symbol_type() -> int:
 class AmqpLink(MessagingHandler):
     """One AMQP connection and receiver of a node's subscription, run by its own reactor."""
 
-    def __init__(self, sub: NodeSubscription, endpoint: Node, generation: int) -> None:
+    def __init__(self, sub: LinkOwner, endpoint: Node, generation: int) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
         self.sub = sub
         self.endpoint = endpoint
@@ -217,7 +215,7 @@ def _condition(condition: Any) -> str:
     return f"{condition.name}: {condition.description}" if condition.description else str(condition.name)
 
 
-def open_amqp_link(sub: NodeSubscription, generation: int) -> AmqpLink:
+def open_amqp_link(sub: LinkOwner, generation: int) -> AmqpLink:
     """Connect ``sub``'s node over AMQP (the members of a pair in order) and attach a receiver
     with ``prefetchPerNode`` credit; raises :class:`NodeUnavailable`."""
     endpoint = sub.options.amqp_node(sub.node.name)

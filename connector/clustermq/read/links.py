@@ -1,24 +1,23 @@
-"""What a node's subscription needs from its connection, whatever the ``transport`` option says.
+"""What a node's subscription and its connection need from each other, whatever the ``transport``.
 
 ``stomp`` (stomp_link.py, the default) and ``amqp`` (amqp_link.py, opt-in: it shows a JMS
 group's name on Classic and the JMS message id on Artemis, at several times the CPU per
-message) implement the same :class:`Link`; the subscription above them numbers, buffers,
-reconnects and decides when to acknowledge, the same for both.
+message) implement the same :class:`Link`; the subscription above them (the :class:`LinkOwner`)
+numbers, buffers, reconnects and decides when to acknowledge, the same for both.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from clustermq.broker.dialect import BrokerDialect
+from clustermq.broker.nodes import Node
+from clustermq.options import ReadOptions
 from clustermq.read.messages import BufferedMessage
-
-if TYPE_CHECKING:
-    from clustermq.read.subscription import NodeSubscription
 
 
 class Link(Protocol):
-    """One connection of a subscription; it reports deliveries and its loss to the subscription."""
+    """One connection of a subscription; it reports deliveries and its loss to its owner."""
 
     @property
     def dialect(self) -> BrokerDialect:
@@ -31,12 +30,20 @@ class Link(Protocol):
         """Close without acknowledging: the broker takes back what is unacknowledged."""
 
 
-def open_link(sub: NodeSubscription, generation: int) -> Link:
-    """Connect ``sub``'s node over its ``transport``; raises :class:`~clustermq.errors.NodeUnavailable`."""
-    if sub.options.transport == "amqp":
-        from clustermq.read.amqp_link import open_amqp_link  # proton only where it is asked for
+class LinkOwner(Protocol):
+    """The node subscription a link delivers to (read/subscription.py)."""
 
-        return open_amqp_link(sub, generation)
-    from clustermq.read.stomp_link import open_stomp_link
+    node: Node
+    index: int
+    options: ReadOptions
+    dialect: BrokerDialect | None
+    _slots: dict[str, int | None]
 
-    return open_stomp_link(sub, generation)
+    def deliver(self, headers: dict[str, str], body: bytes, ack_id: str | None, generation: int,
+                slot: int | None = None) -> None: ...
+
+    def _on_message(self, frame: Any, generation: int) -> None: ...
+
+    def _on_lost(self, generation: int, reason: str) -> None: ...
+
+    def _note_error(self, message: str) -> None: ...

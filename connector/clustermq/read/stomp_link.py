@@ -7,19 +7,15 @@ the reconnects, a link only moves messages and acknowledgements over its wire.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import stomp
 
 from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import BrokerDialect, resolve_dialect
 from clustermq.options import ReadOptions
+from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.receiver import Receiver
 from clustermq.read.slots import last_per_slot, slot_count, slot_ids, slot_prefetch
-
-if TYPE_CHECKING:
-    from clustermq.read.subscription import NodeSubscription
 
 
 class StompLink:
@@ -54,7 +50,7 @@ def flow_control(options: ReadOptions, dialect: BrokerDialect, slots: int, slot:
                                      batch_bytes=options.max_bytes_per_trigger or 0)
 
 
-def open_stomp_link(sub: NodeSubscription, generation: int) -> StompLink:
+def open_stomp_link(sub: LinkOwner, generation: int) -> StompLink:
     """Connect ``sub``'s node and subscribe (one subscription per group slot); raises
     :class:`~clustermq.errors.NodeUnavailable`."""
     options = sub.options

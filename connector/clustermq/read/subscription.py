@@ -28,8 +28,9 @@ from clustermq.broker.nodes import Node
 from clustermq.errors import NodeUnavailable
 from clustermq.options import ReadOptions
 from clustermq.read.copies import RecentIds
-from clustermq.read.links import Link, open_link
+from clustermq.read.links import Link
 from clustermq.read.messages import BufferedMessage, NodeStatus
+from clustermq.read.stomp_link import open_stomp_link
 
 log = logging.getLogger("clustermq.subscription")
 
@@ -88,7 +89,12 @@ class NodeSubscription:
         with self._lock:
             self._generation += 1
             generation = self._generation
-        link = open_link(self, generation)
+        if self.options.transport == "amqp":  # opt-in; proton is imported only where asked for
+            from clustermq.read.amqp_link import open_amqp_link
+
+            link: Link = open_amqp_link(self, generation)
+        else:
+            link = open_stomp_link(self, generation)
         with self._lock:
             self.dialect = link.dialect
             self._conn = link

@@ -32,6 +32,7 @@ from clustermq.devtools.bench.scenarios import (
     write_connector,
     write_raw,
 )
+from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
 from clustermq.pipelines.delta_jars import delta_jars
 from clustermq.pipelines.delta_session import delta_session
@@ -42,7 +43,9 @@ MEMORY_MESSAGES = 1_000_000
 SWEEP = (1_000, 5_000, 20_000, 50_000)
 READ_MAX_PER_TRIGGER = 20_000
 MEMORY_MAX_PER_TRIGGER = 10_000
-STEPS = ("write", "read", "delta", "scaling", "sweep", "memory")
+STEPS = ("write", "read", "delta", "scaling", "sweep", "memory", "transport")
+#: the transport comparison reads this share of the base backlog per read (2 x 3 reads)
+TRANSPORT_SHARE = 0.25
 
 
 def _say(text: str) -> None:
@@ -175,6 +178,13 @@ def run(
             _say(f"  drained {count:,}: peak RSS reader {fig.extra.get('peak_rss_reader_mib')} MiB, "
                  f"JVM {fig.extra.get('peak_rss_jvm_mib')} MiB")
 
+        def transport() -> None:
+            results["transport"] = compare_transports(
+                b, cluster.amqp_brokers, _count(int(BASE_MESSAGES * TRANSPORT_SHARE), args.scale),
+                READ_MAX_PER_TRIGGER)
+            _say(f"  AMQP / STOMP: median {results['transport']['ratio_median']}, "
+                 f"range {results['transport']['ratio_range']}")
+
         wanted = {s.strip() for s in args.steps.split(",") if s.strip()}
         unknown = wanted - set(STEPS)
         if unknown:
@@ -186,7 +196,8 @@ def run(
                  "delta": ("read: queue_to_delta into a Delta table", read_step("read-delta", read_into_delta)),
                  "scaling": ("scaling over 1, 2, 3 nodes", scaling),
                  "sweep": ("batch-size sweep", sweep),
-                 "memory": ("memory while draining the large backlog", memory)}
+                 "memory": ("memory while draining the large backlog", memory),
+                 "transport": ("read: STOMP vs AMQP transport, same backlog", transport)}
         if "delta" in wanted and not use_delta:
             wanted.discard("delta")
             results["notes"].append("queue_to_delta run skipped (no Delta jars or --no-delta)")
