@@ -116,3 +116,62 @@ def test_amqp_message_id_is_the_same_on_a_redelivered_copy(
     print(f"\n[{broker.flavor}] amqp: {copies} rows read twice after a failed batch, "
           f"{flagged} flagged redelivered; {count} distinct message_ids, one per message")
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_amqp_lost_connection_emits_the_planned_and_the_broker_redelivers_them(broker, tmp_path: Path) -> None:
+    """Node 0's AMQP link runs through a TCP proxy that stalls (forwards nothing, closes
+    nothing) once a batch is planned: the reader declares the node lost after its idle timeout
+    (2.5 × ``heartbeat``), the planned messages are still emitted (not acknowledged: the ACK
+    would need the dead link), the node is reconnected, and the broker redelivers them with the
+    same ``message_id``; every message is read, the copies are exactly the planned ones."""
+    from clustermq.options import ReadOptions
+    from clustermq.read.consumer import ClusterConsumer
+    from tcpproxy import TcpProxy
+    from test_reader_faults import wait_for
+
+    queue, count, planned = new_queue("amqploss"), 300, 100
+    produce_groups(broker, tmp_path, queue, {"gL": (0, count, 0)})
+    state = broker.cluster.state()
+    node0 = state.nodes[0]
+    with TcpProxy(node0.host, node0.amqp_port) as proxy:
+        amqp = broker.cluster.amqp_brokers.split(",")
+        amqp[0] = proxy.address
+        options = ReadOptions.parse(amqp_options(broker, queue, prefetchPerNode=count, heartbeat=1000,
+                                                 initialReconnectDelay=200, maxReconnectDelay=1000)
+                                    | {"amqpBrokers": ",".join(amqp)})
+        consumer = ClusterConsumer(options)
+        consumer.start()
+        try:
+            node = consumer.node_names[0]
+            start = dict.fromkeys(consumer.node_names, 0)
+            consumer.set_start(start)
+            wait_for(lambda: len(consumer.subscriptions[0].available(0)) >= planned, 60, "node 0's deliveries")
+            end = consumer.latest(start, planned, None)
+            assert end[node] == planned and sum(end.values()) == planned
+            proxy.stall()
+            stalled = time.monotonic()
+            wait_for(lambda: not consumer.subscriptions[0].connected, 10, "the stalled link to be declared lost",
+                     interval=0.05)
+            detected_s = time.monotonic() - stalled
+            proxy.resume()
+            first = [m.headers["message-id"] for _, msgs in consumer.take(start, end) for m in msgs]
+            assert len(first) == planned and consumer.acknowledge(end) == 0
+            seen, start = list(first), end
+
+            def read_more() -> bool:
+                nonlocal start
+                end = consumer.latest(start, None, None)
+                seen.extend(m.headers["message-id"] for _, msgs in consumer.take(start, end) for m in msgs)
+                consumer.acknowledge(end)
+                start = end
+                return len(set(seen)) == count and len(seen) == count + planned
+
+            wait_for(read_more, 60, f"{count} messages and {planned} copies")
+        finally:
+            consumer.stop()
+    copies = {i for i in seen if seen.count(i) > 1}
+    assert copies == set(first) and all(seen.count(i) == 2 for i in copies)
+    assert all(i.startswith("ID:") for i in seen)
+    print(f"\n[{broker.flavor}] amqp: stalled link lost after {detected_s:.2f} s (heartbeat 1 s); "
+          f"{planned} planned messages emitted and redelivered with the same message_id")
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}

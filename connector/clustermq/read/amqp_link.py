@@ -75,6 +75,10 @@ class AmqpLink(MessagingHandler):
         self._tags = 0
         self._to_settle: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._injector = EventInjector()
+        # the injector's pipe is closed with it and its descriptors may be reused at once:
+        # nothing may be triggered after _shut (a lock, as callers are other threads)
+        self._inject_lock = threading.Lock()
+        self._injector_closed = False
         self._receiver: Any = None
         self._connection: Any = None
         self._container = Container(self)
@@ -92,16 +96,21 @@ class AmqpLink(MessagingHandler):
 
     def ack(self, messages: list[BufferedMessage]) -> None:
         """Accept and settle ``messages`` in the reactor thread (an event is thread-safe)."""
-        if not self._thread.is_alive():
-            raise ConnectionError("the AMQP connection is closed")
         self._to_settle.put([m.ack_id for m in messages if m.ack_id])
-        self._injector.trigger(ApplicationEvent("clustermq_settle"))
+        if not self._trigger("clustermq_settle"):
+            raise ConnectionError("the AMQP connection is closed")
 
     def close(self) -> None:
         """Close without settling (the broker redelivers what is unsettled); does not wait."""
         self._closing = True
-        if self._thread.is_alive():
-            self._injector.trigger(ApplicationEvent("clustermq_close"))
+        self._trigger("clustermq_close")
+
+    def _trigger(self, name: str) -> bool:
+        with self._inject_lock:
+            if self._injector_closed:
+                return False
+            self._injector.trigger(ApplicationEvent(name))
+            return True
 
     def _run(self) -> None:
         try:
@@ -206,7 +215,10 @@ class AmqpLink(MessagingHandler):
     def _shut(self) -> None:
         if self._connection is not None and self._connection.state & self._connection.LOCAL_ACTIVE:
             self._connection.close()
-        self._injector.close()
+        with self._inject_lock:
+            if not self._injector_closed:
+                self._injector_closed = True
+                self._injector.close()
 
 
 def _condition(condition: Any) -> str:

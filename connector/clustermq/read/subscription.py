@@ -1,8 +1,10 @@
-"""One node's subscription: a STOMP connection, a bounded buffer, and reconnection with back-off.
+"""One node's subscription: a connection, a bounded buffer, and reconnection with back-off.
 
-Lives only in the driver-side reader process (see docs/design.md). stomp.py's receiver thread
-only appends to the buffer; acknowledgements are sent from the caller's thread (Spark's
-``latestOffset``/``commit``), never from the receiver thread, which deadlocked in a measurement.
+The connection is a link of the ``transport`` option (read/links.py: STOMP, or AMQP 1.0 by
+choice); everything here is the same for both. Lives only in the driver-side reader process (see
+docs/design.md). A link's receiving thread only appends to the buffer; acknowledgements are
+sent from the caller's thread (Spark's ``latestOffset``/``commit``), never from the receiver
+thread, which deadlocked in a measurement (stomp.py).
 
 Sequence numbers: every delivered message gets the node's next delivery counter value. The
 counter's starting point (``base``) is unknown until Spark names a start offset; messages that
