@@ -35,7 +35,7 @@ test: setup lint
 	$(BIN)/python -m pytest -q --tb=short --durations=30 --basetemp=.cache/pytest
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_pipelines_units.py tests/test_readme.py tests/test_layout.py
+	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_pipelines_units.py tests/test_amqp_units.py tests/test_readme.py tests/test_layout.py
 
 # 0.3 of the full benchmark sizes (60,000 messages per comparison, 300,000 for memory) keeps `make bench`
 # under 15 minutes on 2 cores (scale 0.25 measured 7 min 20 s); BENCH_SCALE=1 runs the full sizes.
