@@ -119,8 +119,8 @@ def test_amqp_message_id_is_the_same_on_a_redelivered_copy(
 
 
 def test_amqp_lost_connection_emits_the_planned_and_the_broker_redelivers_them(broker, tmp_path: Path) -> None:
-    """Node 0's AMQP link runs through a TCP proxy that stalls (forwards nothing, closes
-    nothing) once a batch is planned: the reader declares the node lost after its idle timeout
+    """A reader of node 0 whose AMQP link runs through a TCP proxy that stalls (forwards
+    nothing, closes nothing) once a batch is planned: the reader declares the node lost after its idle timeout
     (2.5 × ``heartbeat``), the planned messages are still emitted (not acknowledged: the ACK
     would need the dead link), the node is reconnected, and the broker redelivers them with the
     same ``message_id``; every message is read, the copies are exactly the planned ones."""
@@ -134,11 +134,11 @@ def test_amqp_lost_connection_emits_the_planned_and_the_broker_redelivers_them(b
     state = broker.cluster.state()
     node0 = state.nodes[0]
     with TcpProxy(node0.host, node0.amqp_port) as proxy:
-        amqp = broker.cluster.amqp_brokers.split(",")
-        amqp[0] = proxy.address
+        # node 0 alone: a Classic network would forward the group to a consumer on another node
         options = ReadOptions.parse(amqp_options(broker, queue, prefetchPerNode=count, heartbeat=1000,
                                                  initialReconnectDelay=200, maxReconnectDelay=1000)
-                                    | {"amqpBrokers": ",".join(amqp)})
+                                    | {"brokers": broker.cluster.brokers.split(",")[0],
+                                       "amqpBrokers": proxy.address})
         consumer = ClusterConsumer(options)
         consumer.start()
         try:
