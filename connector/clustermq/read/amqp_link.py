@@ -125,6 +125,8 @@ class AmqpLink(MessagingHandler):
         except Exception as exc:  # proton raises from handlers and I/O alike
             log.warning("node %s: AMQP reactor failed", self.sub.node.name, exc_info=True)
             reason = f"AMQP reactor failed: {type(exc).__name__}: {exc}"
+            with self._inject_lock:  # nothing reads the injector any more
+                self._injector_closed = True
             if not self.ready.is_set():
                 self.failure = self.failure or reason
                 self.ready.set()
