@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 setup: tools $(STAMP) brokers delta
 
 tools:
-	@bash scripts/ensure_tools.sh
+	@PYTHON=$(PYTHON) bash scripts/ensure_tools.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ test: setup lint
 	$(BIN)/python -m pytest -q --tb=short --durations=30 --basetemp=.cache/pytest
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_pipelines_units.py tests/test_readme.py tests/test_layout.py
+	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_pipelines_units.py tests/test_amqp_units.py tests/test_readme.py tests/test_layout.py
 
 # Both flavors, every comparison as 3 alternating baseline/candidate runs: 0.3 of the full sizes
 # (60,000 messages per run, 300,000 for memory) took 13.1 min on 2 cores shared with other work

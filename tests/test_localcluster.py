@@ -32,7 +32,7 @@ from clustermq.broker.nodes import Node, parse_nodes
 from clustermq.broker.queue_names import destination_queue_name
 from clustermq.devtools.localcluster import ClusterStartError, LocalCluster, get_flavor
 from clustermq.devtools.localcluster.classic import ClassicFlavor
-from clustermq.devtools.localcluster.ports import free_ports, node_ports
+from clustermq.devtools.localcluster.ports import amqp_ports, free_ports, node_ports
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.stompprobe import stomp_connect
 from clustermq.devtools.localcluster.templates import render
@@ -184,6 +184,7 @@ def test_up_records_state(cluster: LocalCluster) -> None:
         config = (cluster.node_dir(i) / "conf" / "activemq.xml").read_text()
         assert f'brokerName="node{i}"' in config
         assert config.count("<networkConnector ") == 2
+        assert f'amqp://127.0.0.1:{rows[i]["amqp_port"]}?' in config  # the reader's transport=amqp
         assert stat.S_IMODE((cluster.node_dir(i) / "conf" / "activemq.xml").stat().st_mode) == 0o600
 
 
@@ -323,6 +324,7 @@ def test_kill_then_down_is_idempotent_with_dead_nodes(tmp_path: Path) -> None:
         nodes = local.up(nodes=1, base_port=base)
         assert nodes == [Node("127.0.0.1", base)]
         assert local.state().nodes[0].peer_port == base + 1
+        assert local.state().nodes[0].amqp_port == base + 2
         local.kill_node(0, sig=signal.SIGTERM)
         assert not local.is_running(0)
         local.down()
@@ -347,6 +349,7 @@ def _free_base_port() -> int:
     for candidate in free_ports(20):
         try:
             node_ports(1, candidate)
+            amqp_ports(1, candidate, [])
         except RuntimeError:
             continue
         return candidate

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from clustermq.broker.nodes import Node, parse_nodes
 from clustermq.broker.settings import ConnectionOptions
 from clustermq.errors import OptionError
+from clustermq.options.amqp import parse_amqp_nodes
 from clustermq.options.connection import parse_connection_options
 from clustermq.options.table import (
     ACK_MODE,
@@ -26,6 +27,7 @@ from clustermq.options.table import (
     PRIORITY_NODES,
     RECEIPT_TIMEOUT,
     REPLAY_TIMEOUT,
+    TRANSPORT,
     check_known,
     default_prefetch,
 )
@@ -51,6 +53,13 @@ class ReadOptions:
     partitions_per_node: bool = False
     #: names of the preferred nodes (``priorityNodes``); () for none
     priority_nodes: tuple[str, ...] = ()
+    #: ``stomp`` or ``amqp`` (read/links.py); with ``amqp`` each node's AMQP endpoint by node name
+    transport: str = "stomp"
+    amqp_nodes: tuple[tuple[str, Node], ...] = ()
+
+    def amqp_node(self, name: str) -> Node:
+        """The AMQP endpoint (``amqpBrokers``) of the node ``name`` of ``brokers``."""
+        return dict(self.amqp_nodes)[name]
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -74,6 +83,8 @@ class ReadOptions:
             discovery=DISCOVERY.read(raw),
             partitions_per_node=NUM_PARTITIONS.key not in raw,
             priority_nodes=tuple(conn.nodes[i].name for i in _priority(raw, conn.nodes)),
+            transport=TRANSPORT.read(raw),
+            amqp_nodes=parse_amqp_nodes(raw, conn.nodes, TRANSPORT.read(raw), DISCOVERY.read(raw)),
         )
 
 

@@ -31,6 +31,7 @@ FLAVORS = ("auto", *DIALECTS)
 ACK_MODES = ("client", "client-individual")
 LOAD_BALANCING_POLICIES = ("roundRobin", "random", "randomSticky", "firstElement")
 READ_MODES = ("browse", "drain")
+TRANSPORTS = ("stomp", "amqp")
 #: prefetchPerNode without maxMessagesPerTrigger (with it: twice the batch size)
 PREFETCH_WITHOUT_LIMIT = 10000
 
@@ -78,6 +79,8 @@ BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, appl
 
 DISCOVERY = Choice("discovery", default="none", allowed=("none", "cluster"), meaning="`none`: `brokers` lists every node. `cluster`: `brokers` names one or a few seed nodes; the connector asks the first that answers for the cluster's members (Classic: statistics plugin and network-bridge advisories; Artemis: `listNetworkTopology` on the management address) and takes each peer's STOMP port to be its cluster port plus the seed's offset between the two (see Cluster membership). A streaming read asks again every few seconds and subscribes to nodes that joined; a batch write asks once when it starts, a streaming write before every micro-batch.")
 PRIORITY_NODES = Text("priorityNodes", shown="none: every node", meaning="Comma-separated nodes of `brokers`, written as there (a pair as its `masterslave:(...)` group), preferred over the others. Writer: they get every message while one of them is reachable, balanced over them by `loadBalancingPolicy` (rows with a group id by their group's hash over them); the other nodes get messages only while none of these is reachable. Each task and micro-batch tries them first again. Streaming reader: consumes from them, and from the others only while none of these is connected (the network forwards the others' messages to them); within a micro-batch of one coming back it stops reading the others, after acknowledging what it planned from them. Browse reads every node.")
+TRANSPORT = Choice("transport", default="stomp", allowed=TRANSPORTS, applies_to="read", meaning="Streaming reader: `stomp` or `amqp` (AMQP 1.0 to `amqpBrokers`, python-qpid-proton). `amqp` fills `group_id` with a JMS producer's group on Classic too and `message_id` with the JMS message id (`ID:...`) on Artemis too, but costs several times the CPU per message (measured in `make bench`; see \"What `group_id` and `message_id` hold\"). Browse, depth probes and the writer always use STOMP.")
+AMQP_BROKERS = Text("amqpBrokers", shown="none", applies_to="read", meaning="With `transport=amqp` (required there, refused otherwise): the AMQP 1.0 endpoint `host:port` of every node of `brokers`, in the same order, a pair as `masterslave:(...)` with its members in the same order. Plain TCP with SASL PLAIN (TLS not supported); not with `discovery=cluster`.")
 
 OPTIONS: tuple[Option[Any], ...] = (
     BROKERS, QUEUE, FLAVOR, USERNAME, PASSWORD, NUM_PARTITIONS, MAX_MESSAGES_PER_TRIGGER,
@@ -86,6 +89,7 @@ OPTIONS: tuple[Option[Any], ...] = (
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
     HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY, PRIORITY_NODES,
+    TRANSPORT, AMQP_BROKERS,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}

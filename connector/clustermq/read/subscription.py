@@ -1,8 +1,10 @@
-"""One node's subscription: a STOMP connection, a bounded buffer, and reconnection with back-off.
+"""One node's subscription: a connection, a bounded buffer, and reconnection with back-off.
 
-Lives only in the driver-side reader process (see docs/design.md). stomp.py's receiver thread
-only appends to the buffer; acknowledgements are sent from the caller's thread (Spark's
-``latestOffset``/``commit``), never from the receiver thread, which deadlocked in a measurement.
+The connection is a link of the ``transport`` option (read/links.py: STOMP, or AMQP 1.0 by
+choice); everything here is the same for both. Lives only in the driver-side reader process (see
+docs/design.md). A link's receiving thread only appends to the buffer; acknowledgements are
+sent from the caller's thread (Spark's ``latestOffset``/``commit``), never from the receiver
+thread, which deadlocked in a measurement (stomp.py).
 
 Sequence numbers: every delivered message gets the node's next delivery counter value. The
 counter's starting point (``base``) is unknown until Spark names a start offset; messages that
@@ -22,16 +24,15 @@ from typing import Any, Protocol
 
 import stomp
 
-from clustermq.broker.connection import close_connection, open_connection
-from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.nodes import Node
 from clustermq.errors import NodeUnavailable
 from clustermq.options import ReadOptions
 from clustermq.read.copies import RecentIds
+from clustermq.read.links import Link
 from clustermq.read.messages import BufferedMessage, NodeStatus
-from clustermq.read.receiver import Receiver
-from clustermq.read.slots import last_per_slot, slot_count, slot_ids, slot_prefetch
+from clustermq.read.stomp_link import open_stomp_link
 
 log = logging.getLogger("clustermq.subscription")
 
@@ -64,7 +65,7 @@ class NodeSubscription:
         self._on_dropped = on_dropped
         self._recent = recent if recent is not None else RecentIds()
         self._lock = threading.Condition()
-        self._conn: stomp.Connection12 | None = None
+        self._conn: Link | None = None
         self._generation = 0
         self._connected = False
         self._lost = threading.Event()
@@ -86,46 +87,25 @@ class NodeSubscription:
 
     # ------------------------------------------------------------------ connection
     def connect_once(self) -> None:
-        """One connection attempt; raises :class:`NodeUnavailable`."""
+        """One connection attempt over the ``transport`` option's link; raises :class:`NodeUnavailable`."""
         with self._lock:
             self._generation += 1
             generation = self._generation
-        receiver = Receiver(self.node.name, generation, self.options.connection.heartbeat_ms,
-                            self._on_message, self._on_lost, self._note_error)
-        conn, connected = open_connection(self.node, self.options.connection, receiver)
-        try:
-            dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
-            self.dialect = dialect  # deliveries start before subscribe() returns (_message_key)
-            self._slots = slot_ids(self.index, slot_count(dialect, self.options.num_partitions))
-            for sub_id, slot in self._slots.items():  # several where the broker hides groups
-                conn.subscribe(destination=dialect.destination(self.options.connection.queue), id=sub_id,
-                               ack=self.options.ack_mode, headers=self._flow_control(dialect, slot))
-        except Exception:
-            close_connection(conn)
-            raise
+        if self.options.transport == "amqp":  # opt-in; proton is imported only where asked for
+            from clustermq.read.amqp_link import open_amqp_link
+
+            link: Link = open_amqp_link(self, generation)
+        else:
+            link = open_stomp_link(self, generation)
         with self._lock:
-            self.dialect = dialect
-            self._conn = conn
+            self.dialect = link.dialect
+            self._conn = link
             self._connected = True
             self._lost.clear()
             self.last_connected = time.monotonic()
             self.last_error = None
-        log.info("subscribed to %s on node %s (%s)", self.options.connection.queue,
-                 self.node.name, dialect.name)
-
-    def _flow_control(self, dialect: BrokerDialect, slot: int | None = None) -> dict[str, str]:
-        """SUBSCRIBE headers that let a node deliver ``prefetchPerNode`` messages ahead of acks.
-
-        Where the broker counts bytes, the dialect sizes its window from the expected message
-        size: ``maxBytesPerTrigger / maxMessagesPerTrigger`` when both are set, else 1 KiB; and
-        a byte-limited batch must fit.
-        """
-        opts = self.options
-        body = 1024
-        if opts.max_bytes_per_trigger and opts.max_messages_per_trigger:
-            body = max(64, opts.max_bytes_per_trigger // opts.max_messages_per_trigger)
-        return dialect.subscribe_headers(slot_prefetch(opts.prefetch_per_node, len(self._slots), slot), body_bytes=body,
-                                         batch_bytes=opts.max_bytes_per_trigger or 0)
+        log.info("subscribed to %s on node %s (%s, %s)", self.options.connection.queue,
+                 self.node.name, link.dialect.name, self.options.transport)
 
     def start(self) -> None:
         """Run the reconnect supervisor; the first attempt was made by the caller."""
@@ -177,7 +157,7 @@ class NodeSubscription:
         self._on_dropped(dropped)
         self._lost.set()
         if conn is not None:
-            threading.Thread(target=close_connection, args=(conn,), daemon=True).start()
+            threading.Thread(target=conn.close, daemon=True).start()
 
     def resubscribe(self, reason: str) -> bool:
         """Re-open this node's connection if it holds nothing Spark still needs; True if it did.
@@ -209,7 +189,8 @@ class NodeSubscription:
         with self._lock:
             conn, self._conn = self._conn, None
             self._connected = False
-        close_connection(conn)
+        if conn is not None:
+            conn.close()
 
     @property
     def connected(self) -> bool:
@@ -217,15 +198,15 @@ class NodeSubscription:
 
     # ------------------------------------------------------------------ buffer
     def _on_message(self, frame: Any, generation: int) -> None:
-        headers = message_headers(frame.headers)
-        message = BufferedMessage(
-            headers=headers,
-            body=body_bytes(frame),
-            ack_id=frame.headers.get("ack"),
-            generation=generation,
-            arrival=next(self._arrivals),
-            slot=self._slots.get(frame.headers.get("subscription", "")),
-        )
+        """A STOMP frame (stomp_link.py)."""
+        self.deliver(message_headers(frame.headers), body_bytes(frame), frame.headers.get("ack"), generation,
+                     self._slots.get(frame.headers.get("subscription", "")))
+
+    def deliver(self, headers: dict[str, str], body: bytes, ack_id: str | None, generation: int,
+                slot: int | None = None) -> None:
+        """One delivery of a link of ``generation`` (called from the link's own thread)."""
+        message = BufferedMessage(headers=headers, body=body, ack_id=ack_id, generation=generation,
+                                  arrival=next(self._arrivals), slot=slot)
         with self._lock:
             late = generation != self._generation
             if not late:
@@ -322,12 +303,7 @@ class NodeSubscription:
         if not current or conn is None:
             return 0
         try:
-            if self.options.ack_mode == "client":  # cumulative per subscription
-                for message in last_per_slot(current):
-                    conn.ack(message.ack_id)
-            else:
-                for message in current:
-                    conn.ack(message.ack_id)
+            conn.ack(current)
         except Exception as exc:
             log.warning("node %s: ACK failed (%s); %d messages will be redelivered",
                         self.node.name, exc, len(current))

@@ -7,12 +7,15 @@ from the CONNECTED frame's ``server`` header (:func:`detect_dialect`).
 
 from __future__ import annotations
 
+from clustermq.broker.dialect.amqp import ArtemisAmqpDialect, ClassicAmqpDialect
 from clustermq.broker.dialect.artemis import ArtemisDialect
 from clustermq.broker.dialect.base import BrokerDialect
 from clustermq.broker.dialect.classic import ClassicDialect
 
 #: every dialect by the ``flavor`` option's value for it
 DIALECTS: dict[str, BrokerDialect] = {"classic": ClassicDialect(), "artemis": ArtemisDialect()}
+#: the same brokers read over AMQP 1.0 (the reader's ``transport=amqp``), by flavor
+AMQP_DIALECTS: dict[str, BrokerDialect] = {"classic": ClassicAmqpDialect(), "artemis": ArtemisAmqpDialect()}
 
 
 def detect_dialect(server_header: str | None) -> BrokerDialect:
@@ -38,12 +41,19 @@ def resolve_dialect(flavor: str, server_header: str | None) -> BrokerDialect:
     return configured_dialect(flavor) or detect_dialect(server_header)
 
 
+def resolve_amqp_dialect(flavor: str, product: str | None) -> BrokerDialect:
+    """The AMQP dialect for option ``flavor`` (``auto`` reads the AMQP open's ``product``)."""
+    return AMQP_DIALECTS[resolve_dialect(flavor, product).name]
+
+
 __all__ = [
+    "AMQP_DIALECTS",
     "DIALECTS",
     "ArtemisDialect",
     "BrokerDialect",
     "ClassicDialect",
     "configured_dialect",
     "detect_dialect",
+    "resolve_amqp_dialect",
     "resolve_dialect",
 ]

@@ -39,6 +39,10 @@ class BrokerDialect:
     def destination(self, queue: str) -> str:
         return f"/queue/{queue}"
 
+    def amqp_source(self, queue: str) -> tuple[str, tuple[str, ...]]:
+        """The AMQP 1.0 source address of ``queue`` and its capabilities (transport=amqp)."""
+        return queue, ("queue",)
+
     def routing_headers(self) -> dict[str, str]:
         """Headers every SEND and SUBSCRIBE to a queue needs."""
         return {}

@@ -24,8 +24,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from clustermq.devtools.bench import extras, plots, report
-from clustermq.devtools.bench.pairs import PAIRS, Pair
+from clustermq.devtools.bench.pairs import PAIRS, READ_MAX_PER_TRIGGER, Pair
 from clustermq.devtools.bench.scenarios import Bench, Figure
+from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
 from clustermq.devtools.localcluster.flavors import FLAVORS
 from clustermq.pipelines.delta_jars import delta_jars
@@ -35,7 +36,9 @@ from clustermq.pipelines.session import LOCAL_TUNING, job_session
 BASE_MESSAGES = 200_000
 MEMORY_MESSAGES = 1_000_000
 EXTRA_STEPS = ("scaling", "sweep", "memory")
-STEPS = tuple(p.key for p in PAIRS) + EXTRA_STEPS
+STEPS = tuple(p.key for p in PAIRS) + EXTRA_STEPS + ("transport",)
+#: the transport comparison reads this share of the base backlog per read (8 reads per flavor)
+TRANSPORT_SHARE = 0.1
 
 
 def _say(text: str) -> None:
@@ -187,6 +190,11 @@ def run(
                 results["environment"].update(nodes=len(b.nodes), body_size=b.body_size, groups=b.groups)
                 _say(f"[{flavor}] comparisons (elapsed {time.monotonic() - started:.0f} s)")
                 results["comparisons"] += run_pairs(b, pairs, n, args.repeats, flavor)
+                if "transport" in wanted:
+                    _say(f"[{flavor}] transport (elapsed {time.monotonic() - started:.0f} s)")
+                    results.setdefault("transport", {})[flavor] = compare_transports(
+                        b, cl.amqp_brokers, _count(int(BASE_MESSAGES * TRANSPORT_SHARE), args.scale),
+                        READ_MAX_PER_TRIGGER, rounds=args.repeats)
                 if index == 0:
                     results["extras_flavor"] = flavor
                     for step, count in (("scaling", BASE_MESSAGES // 2), ("sweep", BASE_MESSAGES // 2),

@@ -162,11 +162,13 @@ def progress_stats(query: StreamingQuery) -> dict[str, Any]:
 def read_connector(
     b: Bench, queue: str, count: int, max_per_trigger: int, nodes: list[Node] | None = None,
     name: str = "read: clustermq reader -> noop", memory_jvm_pid: int | None = None,
+    reader_extra: dict[str, str] | None = None,
 ) -> Figure:
-    """The streaming reader, Trigger.AvailableNow, into Spark's ``noop`` sink."""
+    """The streaming reader, Trigger.AvailableNow, into Spark's ``noop`` sink (``reader_extra``:
+    more reader options)."""
     # availableNowIdleTimeout = STALL_S: a stalled node ends the run (reported), see STALL_S.
     options = b.reader_options(queue, nodes, maxMessagesPerTrigger=max_per_trigger,
-                               availableNowIdleTimeout=int(STALL_S * 1000))
+                               availableNowIdleTimeout=int(STALL_S * 1000), **(reader_extra or {}))
     checkpoint = b.work / f"cp-{uuid.uuid4().hex[:8]}"
     memory = MemorySampler(memory_jvm_pid) if memory_jvm_pid else None
     with DepthSampler(b.connection(queue, nodes), queue) as depths, b.cpu() as cpu:

@@ -154,6 +154,7 @@ class ArtemisFlavor(BrokerFlavor):
                 "cluster_password": xml_attr(cluster_password(cluster.password)),
                 "peer_port": node.peer_port,
                 "stomp_port": node.stomp_port,
+                "amqp_port": node.amqp_port,
                 "stomp_tls": _stomp_tls_params(cluster),
                 "max_frame_size": MAX_FRAME_SIZE,
                 "peer_connectors": peer_connectors,

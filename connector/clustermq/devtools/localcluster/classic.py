@@ -182,6 +182,7 @@ class ClassicFlavor(BrokerFlavor):
                 "temp_limit": TEMP_LIMIT,
                 "openwire_port": node.peer_port,
                 "stomp_port": node.stomp_port,
+                "amqp_port": node.amqp_port,
                 "stomp_scheme": "stomp+nio+ssl" if cluster.tls else "stomp+nio",
                 "ssl_context": _ssl_context(cluster),
                 "max_frame_size": MAX_FRAME_SIZE,

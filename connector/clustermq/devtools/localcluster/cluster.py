@@ -23,7 +23,7 @@ from clustermq.devtools.localcluster.flavors import get_flavor
 from clustermq.devtools.localcluster.joining import Joining
 from clustermq.devtools.localcluster.paircontrol import PairControl
 from clustermq.devtools.localcluster.pairs import client_nodes, is_paired, logical_index
-from clustermq.devtools.localcluster.ports import HOST, node_ports
+from clustermq.devtools.localcluster.ports import HOST, amqp_ports, node_ports
 from clustermq.devtools.localcluster.readiness import READY_TIMEOUT
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.tls import TLS_DIR, generate_cluster_tls, keystore_password
@@ -78,6 +78,11 @@ class LocalCluster(Joining, PairControl):
         return format_nodes(self.nodes())
 
     @property
+    def amqp_brokers(self) -> str:
+        """The reader's ``amqpBrokers`` option value: every node's AMQP port, as in ``brokers``."""
+        return format_nodes(client_nodes(self.state(), amqp=True))
+
+    @property
     def credentials(self) -> Credentials:
         state = self.state()
         return Credentials(state.username, state.password)
@@ -104,6 +109,7 @@ class LocalCluster(Joining, PairControl):
                     "name": node.name,
                     "stomp": f"{node.host}:{node.stomp_port}",
                     "peer_port": node.peer_port,
+                    "amqp_port": node.amqp_port,
                     "pid": node.pid if running else None,
                     "running": running,
                     "ready": bool(probe and probe.ok),
@@ -176,6 +182,7 @@ class LocalCluster(Joining, PairControl):
                     )
             home, version = impl.ensure_home(say)
             ports = node_ports(nodes * (1 + backups), base_port)
+            amqp = amqp_ports(len(ports), base_port, ports)
             for old in self.dir.glob("node*"):
                 if old.is_dir() and NODE_DIR_NAME.fullmatch(old.name):
                     shutil.rmtree(old)
@@ -187,7 +194,7 @@ class LocalCluster(Joining, PairControl):
                 password=password or secrets.token_urlsafe(18),
                 nodes=[
                     NodeState(index=i, name=f"node{i % nodes}", host=HOST, stomp_port=stomp, peer_port=peer,
-                              backup_of=None if i < nodes else i % nodes)
+                              backup_of=None if i < nodes else i % nodes, amqp_port=amqp[i])
                     for i, (stomp, peer) in enumerate(ports)
                 ],
             )

@@ -68,16 +68,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _error(f"no local cluster in {cluster.dir}")
     rows = cluster.status()
     print(f"cluster {cluster.dir} ({cluster.flavor}); brokers={cluster.brokers}")
+    print(f"amqpBrokers={cluster.amqp_brokers} (reader option transport=amqp)")
     if cluster.ca_file:
         print(f"CA certificate (option sslCaFile): {cluster.ca_file}")
     paired = any(row["pair"] != row["index"] for row in rows)
     role_head = f" {'pair':>4} {'role':<8}" if paired else ""
-    print(f"{'node':<6} {'name':<8} {'stomp':<22} {'peer':>6} {'pid':>8}{role_head}  state")
+    print(f"{'node':<6} {'name':<8} {'stomp':<22} {'peer':>6} {'amqp':>6} {'pid':>8}{role_head}  state")
     for row in rows:
         state = "ready" if row["ready"] else ("running, " + row["detail"] if row["running"] else "down")
         pid = row["pid"] if row["pid"] is not None else "-"
         role = f" {row['pair']:>4} {row['role']:<8}" if paired else ""
-        print(f"{row['index']:<6} {row['name']:<8} {row['stomp']:<22} {row['peer_port']:>6} {pid:>8}{role}  {state}")
+        print(f"{row['index']:<6} {row['name']:<8} {row['stomp']:<22} {row['peer_port']:>6} {row['amqp_port']:>6} {pid:>8}{role}  {state}")
     if paired:  # a pair is healthy when one member is live and the others wait as standby
         pairs = {row["pair"] for row in rows}
         live = {row["pair"] for row in rows if row["role"] == "live"}

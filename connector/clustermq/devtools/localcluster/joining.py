@@ -9,7 +9,7 @@ from clustermq.broker.nodes import Node
 from clustermq.devtools.localcluster import process
 from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
 from clustermq.devtools.localcluster.flavors import get_flavor
-from clustermq.devtools.localcluster.ports import HOST, node_ports
+from clustermq.devtools.localcluster.ports import HOST, amqp_ports, node_ports
 from clustermq.devtools.localcluster.readiness import READY_TIMEOUT, ReadinessWaits
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 
@@ -44,8 +44,9 @@ class Joining(ReadinessWaits):
                                  "to a cluster of pairs is not supported")
             index = max(n.index for n in state.nodes) + 1
             ((stomp, peer),) = node_ports(1, None)
+            (amqp,) = amqp_ports(1, None, [(stomp, peer)])
             node = NodeState(index=index, name=f"node{index}", host=HOST, stomp_port=stomp,
-                             peer_port=peer, joined=True)
+                             peer_port=peer, joined=True, amqp_port=amqp)
             state.nodes.append(node)
             impl.render_config(state, node, self.node_dir(index))
             started = time.monotonic()

@@ -54,11 +54,14 @@ def member_label(node: NodeState) -> str:
     return node.name if node.backup_of is None else f"{node.name}-backup{node.index}"
 
 
-def client_nodes(state: ClusterState) -> tuple[Node, ...]:
-    """The connector's nodes: a plain node per unpaired broker, a failover group per pair."""
-    tls = TlsSettings(ca_file=state.ca_file) if state.tls else None
+def client_nodes(state: ClusterState, amqp: bool = False) -> tuple[Node, ...]:
+    """The connector's nodes: a plain node per unpaired broker, a failover group per pair;
+    with ``amqp`` their AMQP ports (option ``amqpBrokers``, plain TCP) instead of STOMP's."""
+    tls = TlsSettings(ca_file=state.ca_file) if state.tls and not amqp else None
 
     def one(n: NodeState) -> Node:
+        if amqp:
+            return Node(host=n.host, port=n.amqp_port)
         return Node(host=n.host, port=n.stomp_port, ssl=state.tls, tls=tls)
 
     nodes = []
@@ -67,6 +70,6 @@ def client_nodes(state: ClusterState) -> tuple[Node, ...]:
         if len(group) == 1:
             nodes.append(group[0])
         else:
-            nodes.append(Node(host=group[0].host, port=group[0].port, ssl=state.tls, tls=tls,
+            nodes.append(Node(host=group[0].host, port=group[0].port, ssl=group[0].ssl, tls=tls,
                               members=tuple(group)))
     return tuple(nodes)

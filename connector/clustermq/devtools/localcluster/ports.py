@@ -74,3 +74,21 @@ def node_ports(nodes: int, base_port: int | None, host: str = HOST) -> list[tupl
             f"(base port {base_port}); pick another --base-port or omit it for dynamic ports"
         )
     return pairs
+
+
+def amqp_ports(count: int, base_port: int | None, taken: list[tuple[int, int]],
+               host: str = HOST) -> list[int]:
+    """An AMQP port per node (the reader's opt-in ``transport=amqp``): ``base + 10*i + 2`` with
+    ``base_port``, else free ports other than the ``taken`` STOMP and peer ports."""
+    if base_port is not None:
+        ports = [base_port + PORT_STRIDE * i + 2 for i in range(count)]
+        busy = [port for port in ports if port > 65535 or not port_is_free(port, host)]
+        if busy:
+            raise RuntimeError(f"AMQP ports not free on {host}: {', '.join(map(str, busy))} "
+                               f"(base port {base_port}); pick another --base-port")
+        return ports
+    avoid = {port for pair in taken for port in pair}
+    while True:
+        ports = free_ports(count, host)
+        if not avoid.intersection(ports):
+            return ports

@@ -32,6 +32,8 @@ class NodeState:
     # A standby member of a failover pair: the index of the node it backs up (same broker name,
     # same store); None for a node of the network itself.
     backup_of: int | None = None
+    # AMQP 1.0 port, for the reader's opt-in ``transport=amqp`` (0: a cluster made before it)
+    amqp_port: int = 0
 
 
 @dataclass

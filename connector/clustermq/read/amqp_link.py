@@ -1,0 +1,282 @@
+"""A node subscription's AMQP 1.0 link (opt-in ``transport=amqp``), with python-qpid-proton.
+
+Why a second transport: over STOMP ActiveMQ Classic does not return a JMS producer's
+``JMSXGroupID``, and Artemis gives an internal number as ``message-id``; over AMQP both show
+the group (``group-id``) and the JMS message id. It costs several times the CPU per message on
+the client and, on Classic, on the broker (docs/broker-behaviour.md), so STOMP stays the default.
+
+Proton's reactor is single-threaded: each connection runs its own ``Container`` in a thread of
+its own, which only hands deliveries to the subscription. Acknowledgements come from the
+caller's thread (Spark's commit) as an injected event; the reactor thread then accepts and
+settles the deliveries and grants as much credit again, so at most ``prefetchPerNode`` messages
+are delivered and unsettled at any time, like STOMP's prefetch. Closing settles nothing: the
+broker takes back every unsettled delivery and redelivers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from proton import Delivery, Handler, Link, symbol
+from proton.handlers import MessagingHandler
+from proton.reactor import ApplicationEvent, Container, EventInjector, ReceiverOption
+
+from clustermq.broker.dialect import BrokerDialect, resolve_amqp_dialect
+from clustermq.broker.nodes import Node
+from clustermq.errors import NodeUnavailable
+from clustermq.read.amqp_message import message_fields
+from clustermq.read.links import LinkOwner
+from clustermq.read.messages import BufferedMessage
+
+log = logging.getLogger("clustermq.subscription")
+
+#: the link sees no messages more often than this scale of ``heartbeat`` (as STOMP's 2.5 x)
+IDLE_SCALE = 2.5
+#: longest wait for the broker to answer the receiver's detach before the connection closes
+DETACH_WAIT_S = 5.0
+
+
+class _Capabilities(ReceiverOption):
+    """Source capabilities (``queue``: Artemis then consumes the anycast queue of that name)."""
+
+    def __init__(self, capabilities: tuple[str, ...]) -> None:
+        self.capabilities = capabilities
+
+    def apply(self, link: Link) -> None:
+        if self.capabilities:
+            link.source.capabilities.put_array(False, symbol_type())
+            link.source.capabilities.enter()
+            for capability in self.capabilities:
+                link.source.capabilities.put_symbol(symbol(capability))
+            link.source.capabilities.exit()
+
+
+def symbol_type() -> int:
+    from proton import Data
+
+    return int(Data.SYMBOL)
+
+
+class AmqpLink(MessagingHandler):
+    """One AMQP connection and receiver of a node's subscription, run by its own reactor."""
+
+    def __init__(self, sub: LinkOwner, endpoint: Node, generation: int) -> None:
+        super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
+        self.sub = sub
+        self.endpoint = endpoint
+        self.generation = generation
+        self._dialect: BrokerDialect | None = None
+        self.ready = threading.Event()
+        self.failure: str | None = None
+        self._closing = False
+        self._reported = False
+        self._unsettled: dict[str, Delivery] = {}  # reactor thread only
+        self._tags = 0
+        self._to_settle: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        self._injector = EventInjector()
+        # the injector's pipe is closed with it and its descriptors may be reused at once:
+        # nothing may be triggered after _shut (a lock, as callers are other threads)
+        self._inject_lock = threading.Lock()
+        self._injector_closed = False
+        self._receiver: Any = None
+        self._deadline: Any = None  # the timer of a detach awaiting its answer
+        self._connection: Any = None
+        self._container = Container(self)
+        self._container.selectable(self._injector)
+        self._thread = threading.Thread(target=self._run, name=f"clustermq-amqp-{sub.index}", daemon=True)
+
+    @property
+    def dialect(self) -> BrokerDialect:
+        assert self._dialect is not None, "the AMQP connection is not open"
+        return self._dialect
+
+    # ------------------------------------------------------------------ caller's thread
+    def start(self) -> None:
+        self._thread.start()
+
+    def ack(self, messages: list[BufferedMessage]) -> None:
+        """Accept and settle ``messages`` in the reactor thread (an event is thread-safe)."""
+        self._to_settle.put([m.ack_id for m in messages if m.ack_id])
+        if not self._trigger("clustermq_settle"):
+            raise ConnectionError("the AMQP connection is closed")
+
+    def close(self, wait: bool = True) -> None:
+        """Close without settling (the broker redelivers what is unsettled), waiting (bounded)
+        until the connection is closed, as a STOMP DISCONNECT waits for its receipt: a process
+        that exits right after would otherwise drop the last settlements unsent."""
+        self._closing = True
+        self._trigger("clustermq_close")
+        if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(DETACH_WAIT_S + 1.0)
+
+    def _trigger(self, name: str) -> bool:
+        with self._inject_lock:
+            if self._injector_closed:
+                return False
+            self._injector.trigger(ApplicationEvent(name))
+            return True
+
+    def _run(self) -> None:
+        try:
+            self._container.run()
+        except Exception as exc:  # proton raises from handlers and I/O alike
+            log.warning("node %s: AMQP reactor failed", self.sub.node.name, exc_info=True)
+            reason = f"AMQP reactor failed: {type(exc).__name__}: {exc}"
+            with self._inject_lock:  # nothing reads the injector any more
+                self._injector_closed = True
+            if not self.ready.is_set():
+                self.failure = self.failure or reason
+                self.ready.set()
+            self._lost(reason)
+
+    # ------------------------------------------------------------------ reactor thread
+    def on_start(self, event: Any) -> None:
+        options = self.sub.options
+        user, password = options.connection.login
+        heartbeat_s = options.connection.heartbeat_ms / 1000 * IDLE_SCALE or None
+        self._connection = event.container.connect(
+            f"amqp://{self.endpoint.host}:{self.endpoint.port}", user=user, password=password,
+            reconnect=False, heartbeat=heartbeat_s, allow_insecure_mechs=True,
+            allowed_mechs="PLAIN" if user else "ANONYMOUS", sasl_enabled=True)
+
+    def on_connection_opened(self, event: Any) -> None:
+        props = event.connection.remote_properties or {}
+        try:
+            self._dialect = resolve_amqp_dialect(self.sub.options.connection.flavor,
+                                                str(props.get(symbol("product"), "")))
+        except ValueError as exc:
+            self._fail(str(exc))
+            return
+        address, capabilities = self._dialect.amqp_source(self.sub.options.connection.queue)
+        self.sub.dialect = self._dialect  # deliveries may start as soon as credit is granted
+        self._receiver = event.container.create_receiver(
+            event.connection, address, name=f"clustermq-{self.sub.index}",
+            options=_Capabilities(capabilities))
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.receiver is None:  # proton wraps its objects afresh: not comparable by identity
+            return
+        if event.receiver.remote_source.address is None:  # attach refused: a detach follows
+            return
+        event.receiver.flow(self.sub.options.prefetch_per_node)
+        self.ready.set()
+
+    def on_message(self, event: Any) -> None:
+        self._tags += 1
+        tag = str(self._tags)
+        self._unsettled[tag] = event.delivery  # event: Any, so never None here
+        headers, body = message_fields(event.message, self.dialect.destination(self.sub.options.connection.queue))
+        self.sub.deliver(headers, body, tag, self.generation)
+
+    def on_clustermq_settle(self, event: Any) -> None:
+        settled = 0
+        while not self._to_settle.empty():
+            for tag in self._to_settle.get():
+                delivery = self._unsettled.pop(tag, None)
+                if delivery is not None:
+                    delivery.update(Delivery.ACCEPTED)
+                    delivery.settle()
+                    settled += 1
+        if settled and self._receiver is not None:
+            self._receiver.flow(settled)
+
+    def on_clustermq_close(self, event: Any) -> None:
+        """Detach the receiver, then close the connection once the broker answered (or after
+        ``DETACH_WAIT_S``): an orderly end in which the broker takes back only what is still
+        unsettled. :meth:`close` waits for it (measured on Artemis: a close that did not wait,
+        with the client's TCP path gone right after, left the last batch's 30 settled messages
+        queued, delivery count 0)."""
+        self._closing = True
+        receiver = self._receiver
+        if receiver is not None and receiver.state & receiver.LOCAL_ACTIVE and self.ready.is_set():
+            receiver.close()
+            self._deadline = self._container.schedule(DETACH_WAIT_S, _Deadline(self))
+        else:
+            self._shut()
+
+    def on_link_closed(self, event: Any) -> None:
+        """The broker answered the detach (on_clustermq_close): now close the connection."""
+        self._shut()
+
+    def on_link_error(self, event: Any) -> None:
+        self._fail(f"link refused: {_condition(event.link.remote_condition)}")
+
+    def on_connection_error(self, event: Any) -> None:
+        self._fail(f"connection refused: {_condition(event.connection.remote_condition)}")
+
+    def on_transport_error(self, event: Any) -> None:
+        self._fail(f"connection lost: {_condition(event.transport.condition)}")
+
+    def on_connection_closing(self, event: Any) -> None:
+        self._fail("connection closed by the broker")
+
+    def on_connection_closed(self, event: Any) -> None:
+        self._fail("connection closed")
+
+    def on_link_closing(self, event: Any) -> None:
+        self._fail("link closed by the broker")
+
+    def on_disconnected(self, event: Any) -> None:
+        self._fail("connection lost")
+
+    def _fail(self, reason: str) -> None:
+        if not self.ready.is_set():
+            self.failure = self.failure or reason
+            self.ready.set()
+        else:
+            self._lost(reason)
+        self._shut()
+
+    def _lost(self, reason: str) -> None:
+        if not self._closing and not self._reported:
+            self._reported = True
+            self.sub._on_lost(self.generation, reason)
+
+    def _shut(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if self._connection is not None and self._connection.state & self._connection.LOCAL_ACTIVE:
+            self._connection.close()
+        with self._inject_lock:
+            if not self._injector_closed:
+                self._injector_closed = True
+                self._injector.close()
+
+
+class _Deadline(Handler):
+    """Closes the connection when the broker did not answer a detach in time."""
+
+    def __init__(self, link: AmqpLink) -> None:
+        self.link = link
+
+    def on_timer_task(self, event: Any) -> None:
+        self.link._deadline = None
+        self.link._shut()
+
+
+def _condition(condition: Any) -> str:
+    if condition is None:
+        return "no reason given"
+    return f"{condition.name}: {condition.description}" if condition.description else str(condition.name)
+
+
+def open_amqp_link(sub: LinkOwner, generation: int) -> AmqpLink:
+    """Connect ``sub``'s node over AMQP (the members of a pair in order) and attach a receiver
+    with ``prefetchPerNode`` credit; raises :class:`NodeUnavailable`."""
+    endpoint = sub.options.amqp_node(sub.node.name)
+    reasons = []
+    for member in endpoint.members or (endpoint,):
+        link = AmqpLink(sub, member, generation)
+        link.start()
+        arrived = link.ready.wait(sub.options.connection.connect_timeout_s)
+        if arrived and link.failure is None:
+            return link
+        link._closing = True  # a failed attempt reports no loss
+        link.close(wait=False)
+        reason = link.failure or f"no AMQP attach within {sub.options.connection.connect_timeout_s:.0f} s"
+        reasons.append(f"{member.host}:{member.port}: {reason}")
+    raise NodeUnavailable(sub.node, "AMQP: " + "; ".join(reasons))
