@@ -26,6 +26,7 @@ from clustermq.options.table import (
     PRIORITY_NODES,
     RECEIPT_TIMEOUT,
     REPLAY_TIMEOUT,
+    WRITE_MODE,
     check_known,
     default_prefetch,
 )
@@ -89,6 +90,12 @@ class WriteOptions:
     discovery: str = "none"
     #: indices into ``connection.nodes`` of the preferred nodes (``priorityNodes``); () for none
     priority: tuple[int, ...] = ()
+    #: ``atomic`` (through staging) or ``direct`` (each task straight into the queue)
+    write_mode: str = "atomic"
+
+    @property
+    def direct(self) -> bool:
+        return self.write_mode == "direct"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -105,6 +112,7 @@ class WriteOptions:
             receipt_timeout_s=receipt_timeout_s,
             discovery=DISCOVERY.read(raw),
             priority=_priority(raw, conn.nodes),
+            write_mode=WRITE_MODE.read(raw),
         )
 
 
