@@ -28,6 +28,7 @@ from clustermq.options.table import (
     RECEIPT_TIMEOUT,
     REPLAY_TIMEOUT,
     TRANSPORT,
+    WRITE_MODE,
     check_known,
     default_prefetch,
 )
@@ -100,6 +101,12 @@ class WriteOptions:
     discovery: str = "none"
     #: indices into ``connection.nodes`` of the preferred nodes (``priorityNodes``); () for none
     priority: tuple[int, ...] = ()
+    #: ``atomic`` (through staging) or ``direct`` (each task straight into the queue)
+    write_mode: str = "atomic"
+
+    @property
+    def direct(self) -> bool:
+        return self.write_mode == "direct"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -116,6 +123,7 @@ class WriteOptions:
             receipt_timeout_s=receipt_timeout_s,
             discovery=DISCOVERY.read(raw),
             priority=_priority(raw, conn.nodes),
+            write_mode=WRITE_MODE.read(raw),
         )
 
 

@@ -32,6 +32,7 @@ ACK_MODES = ("client", "client-individual")
 LOAD_BALANCING_POLICIES = ("roundRobin", "random", "randomSticky", "firstElement")
 READ_MODES = ("browse", "drain")
 TRANSPORTS = ("stomp", "amqp")
+WRITE_MODES = ("atomic", "direct")
 #: prefetchPerNode without maxMessagesPerTrigger (with it: twice the batch size)
 PREFETCH_WITHOUT_LIMIT = 10000
 
@@ -74,6 +75,7 @@ LOAD_BALANCING_POLICY = Choice("loadBalancingPolicy", default="roundRobin", allo
 PERSISTENT = Bool("persistent", default=True, applies_to="write", meaning="Writer: send messages persistent (`persistent:true`), so they survive a broker restart.")
 HEADERS_FROM_COLUMNS = Bool("headersFromColumns", default=False, applies_to="write", meaning="Writer: turn input columns other than `body`, `group_id`, `headers`, `priority`, `destination` into message headers (column name = header name) instead of rejecting them.")
 RECEIPT_TIMEOUT = Millis("receiptTimeout", default=60000, minimum=1, applies_to="write", meaning="Writer: milliseconds to wait for a broker's RECEIPT of a COMMIT, and for the next staged message while the driver moves a job into the queue.")
+WRITE_MODE = Choice("writeMode", default="atomic", allowed=WRITE_MODES, applies_to="write", meaning="Writer: `atomic` stages every task's messages and moves them into the queue when Spark commits the job, so a failed job or micro-batch publishes nothing. `direct` commits each task's messages straight into the queue in one transaction per node: faster, but a failed job keeps what its finished tasks committed, and a re-run task may add copies (see Writing, Direct mode).")
 MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", meaning="Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node) without consuming it; ActiveMQ Classic only. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`spark_jobs/export_backlog.py --mode drain`).")
 BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Batch read: milliseconds a node's browse may go without a message before the read fails.")
 
@@ -88,8 +90,8 @@ OPTIONS: tuple[Option[Any], ...] = (
     MAX_RECONNECT_DELAY, USE_EXPONENTIAL_BACK_OFF, BACK_OFF_MULTIPLIER, SSL_CA_FILE, SSL_CERT_FILE,
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
-    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY, PRIORITY_NODES,
-    TRANSPORT, AMQP_BROKERS,
+    HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, WRITE_MODE, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY,
+    PRIORITY_NODES, TRANSPORT, AMQP_BROKERS,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}

@@ -41,6 +41,9 @@ def commit_job(options: WriteOptions, what: str, job_id: str,
                messages: Sequence[WriterCommitMessage | None]) -> list[NodeMove]:
     """Move the winning attempts' staged messages into the queue and report per node."""
     tasks = winners(messages)
+    if options.direct:
+        report_direct(options, f"{what} committed", tasks)
+        return []
     started = time.monotonic()
     unreachable = {name for m in tasks for name in m.unavailable}
     results = move_job(
@@ -77,10 +80,31 @@ ABORT_LIMIT_S = 60.0
 _ABORT_POLL_S = 0.5
 
 
-def abort_job(options: WriteOptions, what: str, job_id: str | None) -> None:
+def report_direct(options: WriteOptions, what: str, tasks: Sequence[ClusterMQCommitMessage],
+                  warning: bool = False) -> None:
+    """Direct mode: the tasks committed straight into the queue; say how many went where."""
+    per_node: dict[int, int] = {}
+    for m in tasks:
+        for index, count in m.counts.items():
+            per_node[index] = per_node.get(index, 0) + count
+    counts = ", ".join(f"{n.name}={per_node.get(i, 0)}" for i, n in enumerate(options.connection.nodes))
+    text = (f"{what}: {sum(per_node.values())} messages ({sum(m.rows for m in tasks)} rows, "
+            f"{len(tasks)} tasks) published directly to queue '{options.connection.queue}': {counts}")
+    if warning:
+        text += ("; writeMode=direct keeps them (and whatever tasks still finishing commit); "
+                 "a re-run publishes its rows again")
+    report(text, warning)
+
+
+def abort_job(options: WriteOptions, what: str, job_id: str | None,
+              messages: Sequence[WriterCommitMessage | None] = ()) -> None:
     """Drop what the job staged (``job_id`` ``None``: no task reported, nothing to find), also
-    what tasks still finishing stage during the next ``ABORT_QUIET_S`` seconds."""
+    what tasks still finishing stage during the next ``ABORT_QUIET_S`` seconds. Direct mode:
+    nothing was staged; say what the finished tasks left in the queue."""
     queue = options.connection.queue
+    if options.direct:
+        report_direct(options, f"{what} aborted", winners(messages), warning=True)
+        return
     if job_id is None:
         report(f"{what} aborted: nothing was published to '{queue}'; no task reported staged "
                "messages (what a failed task may have staged is dropped by the query's next "

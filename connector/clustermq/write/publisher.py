@@ -13,6 +13,13 @@ message stays buffered until its transaction is confirmed: the input iterator ca
 A COMMIT that got no receipt is *in doubt*: the broker may have committed it after all. The
 messages are re-sent elsewhere and the in-doubt node is left out of the task's counts, so the
 driver treats anything that did arrive there as garbage (see ``staging``).
+
+Direct mode (``writeMode`` ``direct``) sends into each message's own queue instead, with the
+``_AMQ_DUPL_ID`` the mover would add. On Artemis a transaction holding an id the node already
+has fails its whole COMMIT (a retried task's or a re-run batch's copies); its messages are then
+sent again outside a transaction, where the node drops each duplicate alone and keeps the rest.
+The ERROR does not say why (measured: "AMQ339013 Error committing <tx>" and nothing more), so
+every refused COMMIT is re-sent so; if that fails as well, the usual failover follows.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from clustermq.errors import (
     NoWritableNode,
 )
 from clustermq.options import WriteOptions
-from clustermq.write.headers import ID_HEADER
+from clustermq.write.headers import ID_HEADER, TARGET_HEADER, TASK_HEADER
 from clustermq.write.load_balancing import failover_order
 
 log = logging.getLogger("clustermq.publisher")
@@ -75,13 +82,13 @@ class TaskPublisher:
     """Publishes one task's messages; ``commit()`` returns the count committed on each node.
 
     ``destination(node_index, dialect)`` names where messages routed to a node are sent (the
-    job's staging queue on that node).
+    job's staging queue on that node); ``None``: each message's own queue (direct mode).
     """
 
     def __init__(
         self,
         options: WriteOptions,
-        destination: Callable[[int, BrokerDialect], str],
+        destination: Callable[[int, BrokerDialect], str] | None,
         task_label: str,
     ) -> None:
         self.options = options
@@ -197,18 +204,60 @@ class TaskPublisher:
         problem = link.dialect.header_value_problem(message.headers)
         if problem:
             raise HeaderNotCarried(f"{self._label}: {message.label or 'a message'}: {problem}")
-        headers = dict(message.headers)
-        headers.update(link.dialect.send_headers(message.group_id, self.options.connection.group_id_header))
+        destination, headers = self._frame(link, message)
         try:
             if link.tx is None:
                 link.tx = link.conn.begin()
-            link.conn.send(
-                self._destination(link.index, link.dialect), message.body,
-                headers=headers, transaction=link.tx,
-            )
+            link.conn.send(destination, message.body, headers=headers, transaction=link.tx)
         except Exception as exc:
             raise LinkLost(f"send failed ({type(exc).__name__})") from None
         link.pending.append(message)
+
+    def _frame(self, link: _Link, message: Outgoing) -> tuple[str, dict[str, str]]:
+        """Destination and SEND headers of ``message`` on ``link``'s node: into staging with the
+        staging headers, or (direct) into its queue with the headers the mover would give it."""
+        assert link.dialect is not None
+        headers = dict(message.headers)
+        headers.update(link.dialect.send_headers(message.group_id, self.options.connection.group_id_header))
+        if self._destination is not None:
+            return self._destination(link.index, link.dialect), headers
+        target = headers.pop(TARGET_HEADER)
+        del headers[TASK_HEADER]
+        headers.update(link.dialect.duplicate_id_headers(headers[ID_HEADER]))
+        return link.dialect.destination(target), headers
+
+    def _resend_outside_transaction(self, link: _Link) -> bool:
+        """Direct mode: send a link's messages again on a new connection, outside a transaction,
+        the last with a receipt (the node handles a connection's frames in order, so it proves
+        all stored). Used where the node refused the COMMIT of messages carrying duplicate ids,
+        which it drops one by one outside a transaction. False if that failed too."""
+        assert link.dialect is not None
+        if self._destination is not None or not link.pending or not link.dialect.duplicate_id_headers("x"):
+            return False
+        fresh = _Link(link.index, link.node)
+        fresh.dialect = link.dialect
+        try:
+            conn, _ = open_connection(link.node, self.options.connection, listener=fresh,
+                                      listener_name="clustermq-publisher")
+        except NodeUnavailable:
+            return False
+        fresh.conn = conn
+        *rest, last = link.pending
+        try:
+            for message in rest:
+                destination, headers = self._frame(fresh, message)
+                conn.send(destination, message.body, headers=headers)
+            destination, headers = self._frame(fresh, last)
+            fresh.confirm(lambda r: conn.send(destination, last.body, headers={**headers, "receipt": r}),
+                          self.options.receipt_timeout_s, "send")
+        except Exception:
+            close_connection(conn)
+            return False
+        close_connection(link.conn)
+        self._links[link.index] = fresh
+        self.counts[link.index] = self.counts.get(link.index, 0) + len(link.pending)
+        link.pending, link.tx = [], None
+        return True
 
     def _lose(self, link: _Link, reason: str) -> None:
         """Drop a broken link and re-send its uncommitted messages to their next nodes."""
@@ -239,6 +288,11 @@ class TaskPublisher:
                     commit_with_receipt(link.conn, link, link.tx, timeout)
                 except LinkLost as exc:
                     reason = self._error_reason(link, str(exc))
+                    if reason.startswith(BROKER_ERROR) and self._resend_outside_transaction(link):
+                        log.warning("%s: node %s refused a COMMIT (%s); its messages were sent "
+                                    "again outside a transaction, duplicates dropped by id",
+                                    self._label, link.node.name, reason)
+                        continue
                     if reason.startswith(BROKER_ERROR):
                         # an ERROR for a SEND arrives asynchronously, at the latest here: any
                         # message of the transaction may be the one the broker refused

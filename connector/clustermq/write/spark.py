@@ -51,7 +51,7 @@ class ClusterMQBatchWriter(DataSourceArrowWriter):
         commit_job(self.options, f"job {self.job_id}", self.job_id, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_job(self.options, f"job {self.job_id}", self.job_id)
+        abort_job(self.options, f"job {self.job_id}", self.job_id, messages)
 
 
 class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
@@ -94,7 +94,7 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
         tasks = winners(messages)
         job = tasks[0].job_id if tasks else None
         options = batch_options(self.options, tasks) if tasks else self.options
-        abort_job(options, f"query {job or '(id unknown)'} batch {batchId}", job)
+        abort_job(options, f"query {job or '(id unknown)'} batch {batchId}", job, messages)
 
 
 def discovered(options: WriteOptions) -> WriteOptions:

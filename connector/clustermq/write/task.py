@@ -84,7 +84,8 @@ def write_task(
     identity: TaskIdentity,
     batches: Iterator[pa.RecordBatch],
 ) -> ClusterMQCommitMessage:
-    """Publish one task's rows into the job's staging queues; commit them with receipts.
+    """Publish one task's rows into the job's staging queues (direct mode: into their queues);
+    commit them with receipts.
 
     Any error (a bad row, no reachable node) aborts every open transaction before it
     propagates, so the task leaves nothing staged.
@@ -102,7 +103,8 @@ def write_task(
     queue, job = options.connection.queue, identity.job_id
     publisher = TaskPublisher(
         options,
-        destination=lambda index, dialect: dialect.destination(staging_queue(queue, job, index)),
+        destination=None if options.direct else (
+            lambda index, dialect: dialect.destination(staging_queue(queue, job, index))),
         task_label=(f"clustermq writer task (partition {identity.partition}, "
                     f"attempt {identity.attempt})"),
     )

@@ -1,0 +1,115 @@
+"""``writeMode=direct``: what a failed job and a retried task leave in the queue, counted exactly.
+
+Direct mode skips staging, so the guarantees differ from the atomic default (README: Writing,
+Direct mode): a task that committed keeps its rows whatever happens to the job later, and a task
+that runs again re-publishes its rows with the same ``clustermq_id``s, which Artemis drops by
+duplicate id and Classic keeps as copies.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from clustermq.options import WriteOptions
+from clustermq.write.headers import STAGING_PREFIX
+from clustermq.write.layout import InputLayout
+from clustermq.write.task import TaskIdentity, write_task
+from test_reader import drain, new_queue
+from test_writer import names, staging_queues, write
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+
+def _ids(spark: SparkSession, broker, queue: str, work: Path) -> Counter[str]:
+    """Every ``clustermq_id`` on the queue (drained with the streaming reader), with its count."""
+    df, _ = drain(spark, broker.reader_options(queue), work)
+    return Counter(r.cid for r in df.select(F.col("headers")["clustermq_id"].alias("cid")).collect())
+
+
+def _bodies(n: int) -> Iterator[pa.RecordBatch]:
+    yield pa.record_batch([pa.array([f"m{i}" for i in range(n)])], names=["body"])
+
+
+def test_direct_retried_task_adds_copies_on_classic_none_on_artemis(
+    spark: SparkSession, broker, tmp_path: Path,
+) -> None:
+    """The same task (job, batch, partition) committed twice, as Spark's retry of a task whose
+    first attempt had committed does: Artemis keeps one copy per id (the second attempt's
+    COMMIT is refused for its duplicates and its messages re-sent outside the transaction,
+    where each duplicate is dropped); Classic keeps both copies, same ids. Nothing is staged."""
+    queue = new_queue("wdretry")
+    count = 500
+    options = WriteOptions.parse({**broker.reader_options(queue), "loadBalancingPolicy": "firstElement",
+                                  "writeMode": "direct"})
+    job = uuid.uuid4().hex
+    node0 = names(broker)[0]
+    copies = 1 if broker.flavor == "artemis" else 2
+    for attempt in (0, 1):
+        message = write_task(options, InputLayout(body="body", body_is_text=True),
+                             TaskIdentity(job, 3, 0, attempt), _bodies(count))
+        assert message.counts == {0: count}  # sent and committed by every attempt
+    assert dict(broker.depths(queue)) == {n: (count * copies if n == node0 else 0) for n in names(broker)}
+    assert not [q for qs in staging_queues(broker, queue).values() for q in qs if q.startswith(STAGING_PREFIX)]
+    ids = _ids(spark, broker, queue, tmp_path)
+    assert ids == Counter({f"{job}:3:0:{row}": copies for row in range(count)})
+
+
+def test_direct_failed_job_keeps_the_committed_task_and_a_rerun_publishes_again(
+    spark: SparkSession, broker, tmp_path: Path,
+) -> None:
+    """A 2-partition job whose second task fails once the first task's 300 rows are committed
+    (its UDF waits for them on the queue, then raises on its first row): the job fails, its
+    first task's 300 rows stay (ids ``<job>:0:0:0..299``), the failed task published nothing.
+    Re-running the job publishes all 600 rows again under a new job id: 900 on the queue."""
+    queue = new_queue("wdfail")
+    rows, half = 600, 300
+    opts = broker.reader_options(queue)
+
+    @F.udf("string")
+    def failing(i: int) -> str:
+        if i == half:  # the first row of partition 1
+            from clustermq.broker.depth import queue_depth
+
+            parsed = WriteOptions.parse(opts)
+            user, password = parsed.connection.login
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and sum(
+                    queue_depth(n, queue, user, password, timeout=10) for n in parsed.connection.nodes) < half:
+                time.sleep(0.2)
+            raise ValueError("injected failure after the first task committed")
+        return f"m{i}"
+
+    df = spark.range(0, rows, 1, 2)
+    with pytest.raises(Exception) as err:
+        write(df.select(failing("id").alias("body")), broker, queue, writeMode="direct")
+    assert "injected failure after the first task committed" in str(err.value)
+    assert sum(d or 0 for d in broker.depths(queue).values()) == half
+    write(df.select(F.concat(F.lit("m"), F.col("id").cast("string")).alias("body")), broker, queue,
+          writeMode="direct")
+    assert sum(d or 0 for d in broker.depths(queue).values()) == half + rows
+    ids = _ids(spark, broker, queue, tmp_path)
+    assert set(ids.values()) == {1}
+    jobs = Counter(cid.split(":")[0] for cid in ids)
+    assert sorted(jobs.values()) == [half, rows], jobs
+    failed = next(job for job, n in jobs.items() if n == half)
+    assert {cid for cid in ids if cid.startswith(failed)} == {f"{failed}:0:0:{r}" for r in range(half)}
+    assert broker.wait_depth_zero(queue) == {n: 0 for n in names(broker)}
+
+
+def test_write_mode_is_checked_when_options_are_parsed() -> None:
+    from clustermq.errors import OptionError
+
+    base = {"brokers": "127.0.0.1:61613", "queue": "q"}
+    assert WriteOptions.parse(base).write_mode == "atomic"
+    assert WriteOptions.parse({**base, "writeMode": "direct"}).direct
+    with pytest.raises(OptionError, match="writeMode.*atomic.*direct"):
+        WriteOptions.parse({**base, "writeMode": "fast"})
