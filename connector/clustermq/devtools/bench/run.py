@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from clustermq.devtools.bench import extras, plots, report
-from clustermq.devtools.bench.pairs import PAIRS, READ_MAX_PER_TRIGGER, Pair
+from clustermq.devtools.bench.pairs import PAIRS, READ_MAX_PER_TRIGGER, Pair, warm_up_writer
 from clustermq.devtools.bench.scenarios import Bench, Figure
 from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
@@ -189,6 +189,8 @@ def run(
                 b = Bench(list(cl.nodes()), username, password, spark, work, _say, jvm_pid=jvm_pid)
                 results["environment"].update(nodes=len(b.nodes), body_size=b.body_size, groups=b.groups)
                 _say(f"[{flavor}] comparisons (elapsed {time.monotonic() - started:.0f} s)")
+                if any(p.kind == "write" for p in pairs):
+                    warm_up_writer(b)
                 results["comparisons"] += run_pairs(b, pairs, n, args.repeats, flavor)
                 if "transport" in wanted:
                     _say(f"[{flavor}] transport (elapsed {time.monotonic() - started:.0f} s)")

@@ -103,9 +103,9 @@ def write_raw(b: Bench, count: int) -> tuple[Figure, str]:
     return Figure("write: raw stomp.py producers", count, seconds, cpu.per_message(count)), queue
 
 
-def write_connector(b: Bench, count: int, partitions: int = 6) -> tuple[Figure, str]:
+def write_connector(b: Bench, count: int, partitions: int = 6, write_mode: str = "atomic") -> tuple[Figure, str]:
     """The clustermq writer, same rows (256-byte bodies, 1,000 groups), from a cached DataFrame."""
-    queue = b.new_queue("write-cmq")
+    queue = b.new_queue(f"write-cmq-{write_mode}")
     pad = "x" * max(0, b.body_size - 24)
     df = (b.spark.range(0, count, 1, partitions)
           .select(F.concat(F.lit('{"order":'), F.col("id").cast("string"), F.lit(f',"pad":"{pad}"}}'))
@@ -115,10 +115,12 @@ def write_connector(b: Bench, count: int, partitions: int = 6) -> tuple[Figure, 
     df.count()  # materialise the input so the timing is the write alone
     with b.cpu() as cpu:
         started = time.monotonic()
-        (df.write.format("clustermq").mode("append").options(**b.reader_options(queue)).save())
+        (df.write.format("clustermq").mode("append").options(**b.reader_options(queue))
+         .option("writeMode", write_mode).save())
         seconds = time.monotonic() - started
     df.unpersist()
-    return Figure("write: clustermq writer", count, seconds,
+    name = "write: clustermq writer" + ("" if write_mode == "atomic" else f" ({write_mode})")
+    return Figure(name, count, seconds,
                   {"partitions": partitions, **cpu.per_message(count)}), queue
 
 
