@@ -26,7 +26,6 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable
 
 from clustermq.errors import DeltaJarsMissing, JobConfigError
 from clustermq.pipelines.body_parse import body_parse_from_flags
@@ -96,19 +95,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return merged
 
 
-def _fault_hook() -> Callable[[int], None] | None:
+class _KillAfterBatch:
+    """Fault injection for the tests (``CLUSTERMQ_FAULT_KILL_AFTER_BATCH=N``): SIGKILL the job's
+    process group right after the Delta commit of its N-th batch that held rows (from 0). Empty
+    batches do not count: Spark plans an empty batch 0 when no message was dispatched yet at the
+    start (a Classic queue waits ``timeBeforeDispatchStarts`` after its first consumer)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.with_rows = -1
+        self.rows_in = 0
+
+    def on_report(self, report: BatchReport) -> None:
+        print_report(report)
+        self.rows_in = report.rows_in
+
+    def after_commit(self, batch_id: int) -> None:
+        rows_in, self.rows_in = self.rows_in, 0
+        if not rows_in:
+            return
+        self.with_rows += 1
+        if self.with_rows == self.target:
+            print(f"fault injection: SIGKILL after the Delta commit of batch {batch_id}", flush=True)
+            os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def _fault_hook() -> _KillAfterBatch | None:
     target = os.environ.get(FAULT_ENV)
     if not target:
         return None
     if os.getpgid(0) != os.getpid():
         raise JobConfigError(f"{FAULT_ENV} needs the job to lead its own process group")
-
-    def after_commit(batch_id: int) -> None:
-        if batch_id == int(target):
-            print(f"fault injection: SIGKILL after the Delta commit of batch {batch_id}", flush=True)
-            os.killpg(os.getpid(), signal.SIGKILL)
-
-    return after_commit
+    return _KillAfterBatch(int(target))
 
 
 def print_report(report: BatchReport) -> None:
@@ -126,9 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
                              args.reader_options)
     try:
+        fault = _fault_hook()
         query, sink = start_queue_to_delta(spark, options, args.table, args.checkpoint,
-                                           args.trigger, args.dedupe, on_report=print_report,
-                                           after_commit=_fault_hook(), id_header=args.id_header,
+                                           args.trigger, args.dedupe,
+                                           on_report=fault.on_report if fault else print_report,
+                                           after_commit=fault.after_commit if fault else None,
+                                           id_header=args.id_header,
                                            parse=args.body_parse)
     except JobConfigError as exc:
         print(f"queue_to_delta: error: {exc}", file=sys.stderr)

@@ -160,14 +160,25 @@ def test_jms_groups_forwarded_over_a_bridge_stay_together(
 ) -> None:
     """Groups produced on a node the query does not read: the node's only consumers are the
     network bridges, which forward each group to one other node, where it is pinned to one
-    slot again: :func:`check_groups` holds for what crossed the bridge."""
+    slot again: :func:`check_groups` holds for what crossed the bridge. The query runs until
+    every message arrived and was acknowledged: the listed nodes hold nothing when it starts
+    (the bridges forward only once the reader subscribed there, after the queue's
+    ``timeBeforeDispatchStarts``), so an AvailableNow run would rightly end at once."""
     queue = new_queue("jmsbridge")
     groups = {"gD": (2, 1000, 0), "gE": (2, 1000, BYTES_SIZE)}
     produce_groups(broker, tmp_path, queue, groups)
     nodes = broker.cluster.nodes()
     options = broker.reader_options(queue, numPartitions=3, maxMessagesPerTrigger=700)
     options["brokers"] = ",".join(f"{n.host}:{n.port}" for n in nodes[:2])
-    rows, progress = drain(spark, options, tmp_path)
+    total = sum(count for _, count, _ in groups.values())
+
+    def all_read_and_acknowledged(out: Path) -> bool:
+        if not any(out.glob("*.parquet")):  # before the first batch's files are committed
+            return False
+        return (spark.read.parquet(str(out)).count() >= total
+                and all(d == 0 for d in broker.depths(queue).values()))
+
+    rows, progress = drain(spark, options, tmp_path, timeout=180, until=all_read_and_acknowledged)
     print(f"\n[{broker.flavor}] read over bridges in {len(progress)} batches; nodes per group: "
           f"{check_groups(broker, rows, groups)}")
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in nodes}

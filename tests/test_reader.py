@@ -35,12 +35,15 @@ def new_queue(tag: str) -> str:
 def drain(
     spark: SparkSession, options: dict[str, str], work: Path, timeout: float = 300.0,
     on_batch: Callable[[DataFrame, int], object] | None = None,
+    until: Callable[[Path], bool] | None = None,
 ) -> tuple[DataFrame, list[dict]]:
     """Trigger.AvailableNow into Parquet; every row tagged with its batch, its Spark partition
     and ``row``, its position in the sink (``monotonically_increasing_id``: the partition in the
     high bits, the row's place in what the partition's task emitted below them), so that order
     is checked as the sink received it, not by a number the connector assigned.
-    ``on_batch(batch, batch_id)`` runs after each batch is written, before it commits."""
+    ``on_batch(batch, batch_id)`` runs after each batch is written, before it commits.
+    ``until(out)``: run a ``processingTime`` query instead, stopped once it holds (for messages
+    that reach the listed nodes only while the query runs, which AvailableNow does not wait for)."""
     out = work / "out"
     df = spark.readStream.format("clustermq").options(**options).load()
     df = df.withColumn("partition", F.spark_partition_id())
@@ -52,15 +55,21 @@ def drain(
         if on_batch is not None:
             on_batch(batch, batch_id)
 
-    query = (
-        df.writeStream.foreachBatch(write_batch)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    if not query.awaitTermination(timeout):
-        query.stop()
-        raise AssertionError(f"AvailableNow query did not finish in {timeout:.0f} s")
+    writer = df.writeStream.foreachBatch(write_batch).option("checkpointLocation", str(work / "checkpoint"))
+    if until is None:
+        query = writer.trigger(availableNow=True).start()
+        if not query.awaitTermination(timeout):
+            query.stop()
+            raise AssertionError(f"AvailableNow query did not finish in {timeout:.0f} s")
+    else:
+        query = writer.trigger(processingTime="200 milliseconds").start()
+        deadline = time.monotonic() + timeout
+        try:
+            while not until(out) and query.isActive and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert until(out), f"query did not reach its end condition in {timeout:.0f} s"
+        finally:
+            query.stop()
     assert query.exception() is None, query.exception()
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     if options.get("password"):

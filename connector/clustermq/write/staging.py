@@ -52,9 +52,9 @@ log = logging.getLogger("clustermq.staging")
 
 #: headers of a staged message the mover re-derives or drops (besides the broker's own)
 _REDERIVED = frozenset({"persistent", "JMSXGroupID", TASK_HEADER, TARGET_HEADER})
-_MOVE_CHUNK = 500  # messages per move transaction (see _drain on why not more)
+_MOVE_CHUNK = 200  # messages per move transaction (see _drain on why not more)
 _IDLE_COMMIT_S = 0.5
-_PREFETCH = 2 * _MOVE_CHUNK
+_PREFETCH = 1000
 _PURGE_WAIT_S = 5.0
 
 
@@ -174,7 +174,8 @@ class _Mover:
         Chunks of at most half the prefetch, settled whenever deliveries pause (which is how
         such a stall ends), keep dispatch going. The broker's COMMIT costs in proportion to the
         chunk plus a fixed part (measured on Classic, 3 nodes, 24,000 messages: 200 per chunk
-        moved 2,500-3,600 msg/s, 500 per chunk 3,650-5,000; 1,000 and 2,000 no faster than 500).
+        moved 2,500-3,600 msg/s, 500 per chunk 3,650-5,000; 1,000 and 2,000 no faster than 500;
+        200 is kept, docs/design.md says why).
 
         Classic: a chunk is one transaction that SENDs the final copies and ACKs the staged
         ones. Artemis applies a transactional ACK at once (even if the COMMIT never comes), and
