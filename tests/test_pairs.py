@@ -206,10 +206,11 @@ def test_cluster_commands_show_roles_kill_the_live_member_and_restart_it_as_stan
         return subprocess.run([sys.executable, "-m", "clustermq.devtools.cli", "cluster", *args, "--dir", directory],
                               capture_output=True, text=True, timeout=180)
 
-    def roles() -> dict[int, str]:  # member index -> role, from the status table
+    def roles() -> dict[int, str]:  # member index -> role, from the status table's role column
         lines = cli("status").stdout.splitlines()
+        role = next(line.split() for line in lines if line.startswith("node ")).index("role")
         rows = [line.split() for line in lines if line[:1].isdigit()]
-        return {int(r[0]): r[6] for r in rows}
+        return {int(r[0]): r[role] for r in rows}
 
     live = pairs.cluster.live_member(1)
     assert live is not None
