@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from clustermq.groups import bucket_for_group, bucket_for_ungrouped
-from clustermq.read.schema import from_ipc, to_ipc, to_record_batch
+from clustermq.read.schema import from_ipc, rows_batch, to_ipc
 from clustermq.read.slots import bucket_for_slot
 
 if TYPE_CHECKING:
@@ -53,21 +53,23 @@ def plan_partitions(
         if not messages:
             continue
         sub = consumer.subscriptions[node_index]
-        assert sub.dialect is not None
-        batch, groups = to_record_batch(
-            sub.node.name, messages, sub.dialect, options.connection.group_id_header
-        )
-        buckets: list[list[int]] = [[] for _ in range(n)]
-        for row, (group, message) in enumerate(zip(groups, messages)):
+        dialect = sub.dialect
+        assert dialect is not None
+        header = options.connection.group_id_header
+        buckets: list[tuple[list[BufferedMessage], list[str | None]]] = [([], []) for _ in range(n)]
+        for message in messages:
+            group = dialect.group_id(message.headers, header)
             if group is None and message.slot is not None:  # a group the broker hid
-                buckets[bucket_for_slot(message.slot, node_index, n)].append(row)
+                p = bucket_for_slot(message.slot, node_index, n)
             elif group is None:
-                buckets[bucket_for_ungrouped(message.seq, node_index, n)].append(row)
+                p = bucket_for_ungrouped(message.seq, node_index, n)
             else:
-                buckets[bucket_for_group(group, n)].append(row)
-        for p, rows in enumerate(buckets):
+                p = bucket_for_group(group, n)
+            buckets[p][0].append(message)
+            buckets[p][1].append(group)
+        for p, (rows, groups) in enumerate(buckets):
             if rows:
-                per_partition[p].append(batch.take(pa.array(rows, pa.int32())))
+                per_partition[p].append(rows_batch(sub.node.name, rows, groups, dialect))
                 counts[p] += len(rows)
     return [
         MessagesPartition(p, counts[p], to_ipc(per_partition[p])) for p in range(n)

@@ -12,6 +12,14 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from clustermq.broker.dialect import BrokerDialect
+from clustermq.read.columns import (
+    binary_column,
+    bool_column,
+    int_column,
+    repeated_string_column,
+    string_column,
+    string_map_column,
+)
 from clustermq.read.messages import BufferedMessage
 
 READ_SCHEMA_DDL = (
@@ -54,26 +62,32 @@ def to_record_batch(
     """One node's messages as a record batch, plus each row's group id (for bucketing)."""
     rows = list(messages)
     groups = [dialect.group_id(m.headers, group_header) for m in rows]
+    return rows_batch(node_name, rows, groups, dialect), groups
+
+
+def rows_batch(
+    node_name: str, rows: list[BufferedMessage], groups: list[str | None], dialect: BrokerDialect
+) -> pa.RecordBatch:
+    """``rows`` of one node as a record batch; ``groups`` holds each row's group id."""
     timestamps = []
     for m in rows:
         millis = _int_or_none(m.headers.get("timestamp"))
         timestamps.append(None if not millis else millis * 1000)
-    batch = pa.RecordBatch.from_arrays(
+    return pa.RecordBatch.from_arrays(
         [
-            pa.array([node_name] * len(rows), pa.string()),
-            pa.array([m.headers.get("destination") for m in rows], pa.string()),
-            pa.array([dialect.message_id(m.headers, node_name) for m in rows], pa.string()),
-            pa.array(groups, pa.string()),
-            pa.array([m.seq for m in rows], pa.int64()),
-            pa.array([m.headers.get("redelivered") == "true" for m in rows], pa.bool_()),
-            pa.array([_int_or_none(m.headers.get("priority")) for m in rows], pa.int32()),
-            pa.array(timestamps, pa.timestamp("us", tz="UTC")),
-            pa.array([list(m.headers.items()) for m in rows], pa.map_(pa.string(), pa.string())),
-            pa.array([m.body for m in rows], pa.binary()),
+            repeated_string_column(node_name, len(rows)),
+            string_column([m.headers.get("destination") for m in rows]),
+            string_column([dialect.message_id(m.headers, node_name) for m in rows]),
+            string_column(groups),
+            int_column([m.seq for m in rows], pa.int64()),
+            bool_column([m.headers.get("redelivered") == "true" for m in rows]),
+            int_column([_int_or_none(m.headers.get("priority")) for m in rows], pa.int32()),
+            int_column(timestamps, ARROW_SCHEMA.field("timestamp").type),
+            string_map_column([m.headers for m in rows]),
+            binary_column([m.body for m in rows]),
         ],
         schema=ARROW_SCHEMA,
     )
-    return batch, groups
 
 
 def to_ipc(batches: list[pa.RecordBatch]) -> bytes:
@@ -89,3 +103,4 @@ def from_ipc(data: bytes) -> Iterator[pa.RecordBatch]:
     for batch in reader:
         if batch.num_rows:
             yield batch
+

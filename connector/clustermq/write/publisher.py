@@ -105,6 +105,11 @@ class TaskPublisher:
     # ------------------------------------------------------------------ routing
     def _link_for(self, preferred: int) -> _Link:
         """The first reachable node of ``preferred``'s failover order (connecting if needed)."""
+        link = self._links.get(preferred)
+        if link is not None and preferred not in self._dead and (
+            not self.options.priority or preferred in self.options.priority
+        ):
+            return link  # the common case, once per message: no failover order to build
         for index in failover_order(preferred, len(self.nodes), self.options.priority):
             if index in self._dead:
                 continue

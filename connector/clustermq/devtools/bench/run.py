@@ -24,7 +24,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from clustermq.devtools.bench import extras, plots, report
-from clustermq.devtools.bench.pairs import PAIRS, READ_MAX_PER_TRIGGER, Pair, warm_up_writer
+from clustermq.devtools.bench.pairs import (
+    PAIRS,
+    READ_MAX_PER_TRIGGER,
+    Pair,
+    warm_up_reader,
+    warm_up_writer,
+)
 from clustermq.devtools.bench.scenarios import Bench, Figure
 from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
@@ -102,7 +108,8 @@ def _row(figs: list[Figure], ratios: list[float | None], flavor: str, pair: Pair
                cpu_us_per_msg=_cpu_medians(figs),
                runs=[{"messages_per_s": round(f.rate, 1), "ratio": r, "seconds": round(f.seconds, 2),
                       **{k: f.extra[k] for k in ("first_batch_s", "depth_rise_max", "cpu_us_per_msg",
-                                                 "batch_ms_p95", "stalled_with_left") if k in f.extra}}
+                                                 "batch_ms_p95", "stalled_with_left",
+                                                 "after_first_batch_msgs_per_s") if k in f.extra}}
                      for f, r in zip(figs, ratios)])
     if known:
         row.update(ratio_to_raw=round(statistics.median(known), 3),
@@ -129,6 +136,12 @@ def run_pairs(b: Bench, pairs: list[Pair], n: int, repeats: int, flavor: str) ->
             reported.add(base_figs[0].name)
             rows.append(_row(base_figs, [1.0] * repeats, flavor, pair))
         rows.append(_row(cand_figs, ratios, flavor, pair))
+        steady = [r for s, c in zip(base_figs, cand_figs) if "after_first_batch_msgs_per_s" in c.extra
+                  and (r := report.ratio(c.extra["after_first_batch_msgs_per_s"], s.rate)) is not None]
+        if steady:
+            rows[-1].update(after_first_batch_ratio=round(statistics.median(steady), 3),
+                            after_first_batch_ratio_min=round(min(steady), 3),
+                            after_first_batch_ratio_max=round(max(steady), 3))
     return rows
 
 
@@ -191,6 +204,8 @@ def run(
                 _say(f"[{flavor}] comparisons (elapsed {time.monotonic() - started:.0f} s)")
                 if any(p.kind == "write" for p in pairs):
                     warm_up_writer(b)
+                if any(p.kind == "read" for p in pairs):
+                    warm_up_reader(b)
                 results["comparisons"] += run_pairs(b, pairs, n, args.repeats, flavor)
                 if "transport" in wanted:
                     _say(f"[{flavor}] transport (elapsed {time.monotonic() - started:.0f} s)")

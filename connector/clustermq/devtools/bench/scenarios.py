@@ -158,7 +158,19 @@ def progress_stats(query: StreamingQuery) -> dict[str, Any]:
     ordered = sorted(durations)
     p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
     return {"batches": len(durations), "batch_ms_p50": statistics.median(durations),
-            "batch_ms_p95": p95, "max_batch_rows": max(rows)}
+            "batch_ms_p95": p95, "max_batch_rows": max(rows), **after_first_batch(query)}
+
+
+def after_first_batch(query: StreamingQuery) -> dict[str, Any]:
+    """Messages per second from the end of the first batch that read something to the end of
+    the last: the rate once the query runs, without its start (Python runner, connections,
+    the first plan), which a raw client does not pay and which a long-running query pays once."""
+    busy = [p for p in query.recentProgress if p.numInputRows]
+    if len(busy) < 2:
+        return {}
+    span = _end_seconds(busy[-1]) - _end_seconds(busy[0])
+    rows = sum(p.numInputRows for p in busy[1:])
+    return {"after_first_batch_msgs_per_s": round(rows / span, 1)} if span > 0 else {}
 
 
 def read_connector(
