@@ -10,14 +10,7 @@ import textwrap
 import pyarrow as pa
 import pytest
 
-from clustermq.read.columns import (
-    binary_column,
-    bool_column,
-    int_column,
-    repeated_string_column,
-    string_column,
-    string_map_column,
-)
+from clustermq.read import columns
 
 ALPHABET = "aZ09 ,:\\\n\u00e9\u4e2d\U0001f600"
 
@@ -43,14 +36,14 @@ def test_columns_equal_what_pa_array_builds(rows: int, null_share: float) -> Non
     stamp = pa.timestamp("us", tz="UTC")
 
     pairs = [
-        (string_column(texts), pa.array(texts, pa.string())),
-        (binary_column(blobs), pa.array(blobs, pa.binary())),
-        (int_column(longs, pa.int64()), pa.array(longs, pa.int64())),
-        (int_column(ints, pa.int32()), pa.array(ints, pa.int32())),
-        (int_column(longs, stamp), pa.array(longs, stamp)),
-        (bool_column(flags), pa.array(flags, pa.bool_())),
-        (repeated_string_column("node1", rows), pa.array(["node1"] * rows, pa.string())),
-        (string_map_column(maps),
+        (columns.string_column(texts), pa.array(texts, pa.string())),
+        (columns.binary_column(blobs), pa.array(blobs, pa.binary())),
+        (columns.int_column(longs, pa.int64()), pa.array(longs, pa.int64())),
+        (columns.int_column(ints, pa.int32()), pa.array(ints, pa.int32())),
+        (columns.int_column(longs, stamp), pa.array(longs, stamp)),
+        (columns.bool_column(flags), pa.array(flags, pa.bool_())),
+        (columns.repeated_string_column("node1", rows), pa.array(["node1"] * rows, pa.string())),
+        (columns.string_map_column(maps),
          pa.array([list(m.items()) for m in maps], pa.map_(pa.string(), pa.string()))),
     ]
     for built, expected in pairs:
