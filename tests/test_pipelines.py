@@ -215,6 +215,31 @@ def test_replay_of_a_committed_batch_with_other_messages_keeps_every_message_onc
                             "ingest_time", "batch_id"]
 
 
+def test_a_key_with_any_redelivered_copy_in_a_batch_is_checked_against_the_table(
+    dspark: SparkSession, tmp_path: Path
+) -> None:
+    """One batch can hold a message twice, unflagged and flagged ``redelivered``: the in-batch
+    de-duplication keeps one copy, either one, and a flagged copy means an earlier delivery may
+    be in the table already, so the key is checked whichever copy was kept."""
+    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
+
+    path = str(tmp_path / "table")
+    writer = IdempotentDeltaWriter(path)
+    writer.set_app_id("app-copies")
+    writer(reader_rows(dspark, list(range(10)), False), 0)
+    for kept_first in (False, True):  # the flagged copy after, then before, the unflagged one
+        copies = [reader_rows(dspark, [5], False), reader_rows(dspark, [5], True)]
+        if kept_first:
+            copies.reverse()
+        batch = copies[0].unionByName(copies[1]).unionByName(
+            reader_rows(dspark, [10 + kept_first], False))
+        writer(batch, 1 + kept_first)
+        report = writer.totals.reports[-1]
+        assert (report.rows_in, report.duplicates_in_batch, report.already_in_table,
+                report.written) == (3, 1, 1, 1)
+    assert sorted(loadgen_ids(dspark.read.format("delta").load(path))) == list(range(12))
+
+
 # ----------------------------------------------------------------------------- batch read, export, publish
 def job_module(name: str):  # type: ignore[no-untyped-def]
     """A spark_jobs/ script as a module, to call its ``run(spark, args)`` in this process."""

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from clustermq.errors import JobConfigError
-from clustermq.pipelines.columns import CORRUPT_COLUMN, KEY, TABLE_COLUMNS
+from clustermq.pipelines.columns import CORRUPT_COLUMN, TABLE_COLUMNS, WORKING_COLUMNS
 
 PARSE_FORMATS = ("json",)
 _PARSED = "_clustermq_parsed"  # the parse result while a batch is processed; never written
@@ -51,7 +51,7 @@ class BodyParse:
             raise ValueError(f"schema '{self.schema}' is not a Spark DDL schema: {first}") from None
         if not isinstance(parsed, StructType) or not parsed.fields:
             raise ValueError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
-        taken = {c.lower() for c in TABLE_COLUMNS} | {KEY, _PARSED, self.corrupt_column.lower()}
+        taken = {c.lower() for c in TABLE_COLUMNS} | {*WORKING_COLUMNS, _PARSED, self.corrupt_column.lower()}
         clash = [f.name for f in parsed.fields if f.name.lower() in taken]
         if clash:
             raise ValueError(

@@ -12,4 +12,8 @@ READER_COLUMNS = (
 )
 TABLE_COLUMNS = READER_COLUMNS + ("ingest_time", "batch_id")
 KEY = "_clustermq_key"  # the de-duplication key while a batch is processed; never written
+COPIES = "_clustermq_copies"  # rows of the batch with that key; never written
+ANY_REDELIVERED = "_clustermq_any_redelivered"  # some copy was flagged redelivered; never written
+#: the sink's working columns while a batch is processed; a parsed column must not use them
+WORKING_COLUMNS = (KEY, COPIES, ANY_REDELIVERED)
 CORRUPT_COLUMN = "_corrupt"  # a body that did not parse, as text (with a BodyParse)
