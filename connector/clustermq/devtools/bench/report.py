@@ -164,15 +164,16 @@ def headline(results: dict[str, Any]) -> str:
         for row in results["comparisons"]:
             if row.get("flavor") != flavor or row.get("ratio_to_raw") in (None, 1.0):
                 continue
-            part = f"{row['name'].split(': ', 1)[1]} {_ratio_text(row)}×"
+            notes = []
             if row.get("after_first_batch_ratio") is not None:
-                part += f" (after its first batch {_after_first_text(row)}×)"
+                notes.append(f"after its first batch {_after_first_text(row)}×")
             reader_us = (row.get("cpu_us_per_msg") or {}).get("reader")
             if reader_us:
-                part += f" (reader process {_fmt(reader_us)} µs CPU per message)"
-            parts.append(part)
+                notes.append(f"reader process {_fmt(reader_us)} µs CPU per message")
+            part = f"{row['name'].split(': ', 1)[1]} {_ratio_text(row)}×"
+            parts.append(part + (f" [{'; '.join(notes)}]" if notes else ""))
         if parts:
-            lines.append(f"* {flavor}: " + "; ".join(parts) + " the raw stomp.py client.")
+            lines.append(f"* {flavor}, against the raw stomp.py client: " + "; ".join(parts) + ".")
     return "\n".join(lines)
 
 
