@@ -136,19 +136,34 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
                      job_env(broker), log)
     assert finish(proc, 240, log) == 0, tail(log)
     run2 = tail(log, 10**6).split("fault injection")[1]
+    seen_again = sum(int(n) for n in re.findall(
+        r"^batch \d+: \d+ rows read, \d+ duplicates within the batch, (\d+) already in the table",
+        run2, re.M))
+    if broker.flavor == "artemis":
+        # Artemis 2.40 can keep one delivered, unacknowledged message of a failed connection
+        # counted on its node and give it to no consumer (docs/broker-behaviour.md, "A message
+        # stranded after a killed driver"; measured here once: 399 of the killed batch's 400
+        # seen again, 1 left). Exactly the killed batch's messages not seen again may be left, at
+        # most one per node, still counted; a restart of their nodes returns them, and a drain
+        # must then find them in the table. Every assertion below holds as for Classic.
+        stranded = broker.restart_nodes_holding(queue)
+        if stranded:
+            assert sum(stranded.values()) == per_batch[killed] - seen_again, (stranded, seen_again)
+            assert all(n == 1 for n in stranded.values()), stranded
+            print(f"[{broker.flavor}] {stranded} stranded by the broker after the restarted run; "
+                  "node restarted, drained again")
+            proc = start_job("queue_to_delta.py",
+                             [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "6000"],
+                             job_env(broker), log)
+            assert finish(proc, 240, log) == 0, tail(log)
     rows = dspark.read.format("delta").load(str(table))
     ids = loadgen_ids(rows)
     assert len(ids) == total, f"{len(ids)} rows"
     assert rows.select("message_id").distinct().count() == total
     assert sorted(ids) == list(range(total))
 
-    # Both flavors end with an empty queue. (On Artemis with redistribution-delay 0, 2 of 5 runs
-    # once left one message of the replayed batch counted on a node and delivered to no
-    # consumer; never seen since the delay is 1 s: docs/broker-behaviour.md.)
+    # Both flavors end with an empty queue (on Artemis after the restart above, if it was needed).
     left = broker.wait_depth_zero(queue)
-    seen_again = sum(int(n) for n in re.findall(
-        r"^batch \d+: \d+ rows read, \d+ duplicates within the batch, (\d+) already in the table",
-        run2, re.M))
     assert all(d == 0 for d in left.values()), (
         f"AvailableNow ended with messages left: {left} ({seen_again} of batch {killed}'s "
         f"{per_batch[killed]} seen again)\n" + connector_lines(run2, 40))
