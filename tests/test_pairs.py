@@ -126,16 +126,19 @@ def test_reader_keeps_reading_through_a_killed_live_member(
     # most twice, at most two batches' worth, one copy from the victim's pair (the connection
     # that died). The other copy comes from the new live member, or from the other pair when the
     # network moved it there meanwhile (Classic: the new master forwards to a node with a consumer).
-    # On Classic a message may also come twice from the other pair with one ``message_id``: the
+    # On Classic a message whose *first* copy came from the other pair is a failed bridge's: the
     # dead master's bridge had forwarded it, and the new master, finding it unacknowledged in the
-    # store, forwards it again after the peer delivered the first copy (broker-behaviour.md
-    # "Copies made by a failed bridge").
+    # store, delivers or forwards it again after the peer delivered the first copy, with the same
+    # ``message_id`` (broker-behaviour.md "Copies made by a failed bridge"). It was never in the
+    # dead connection's window, so it is not counted against the two batches (measured: 692 read
+    # twice, 89 with both copies from the other pair, the other 603 one more than the window
+    # when every copy with one from the victim's pair was counted against it).
     assert all(c == 2 for c in duplicated.values()), duplicated
     copies_from: dict[int, list[Row]] = {}
-    for r in collected:
+    for r in collected:  # in batch order: the first copy first
         if r.id in duplicated:
             copies_from.setdefault(r.id, []).append(r)
-    bridge_copies = {i for i, copies in copies_from.items() if all(c.node != victim for c in copies)}
+    bridge_copies = {i for i, copies in copies_from.items() if copies[0].node != victim}
     assert all(len({c.message_id for c in copies_from[i]}) == 1 for i in bridge_copies), \
         [copies_from[i] for i in sorted(bridge_copies)[:3]]
     assert len(bridge_copies) <= BRIDGE_COPIES[pairs.flavor], sorted(bridge_copies)[:10]
