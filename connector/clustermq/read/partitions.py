@@ -49,13 +49,13 @@ def plan_partitions(
     n = options.num_partitions
     per_partition: list[list[pa.RecordBatch]] = [[] for _ in range(n)]
     counts = [0] * n
+    header = options.connection.group_id_header
     for node_index, messages in taken:
         if not messages:
             continue
         sub = consumer.subscriptions[node_index]
         dialect = sub.dialect
         assert dialect is not None
-        header = options.connection.group_id_header
         buckets: list[tuple[list[BufferedMessage], list[str | None]]] = [([], []) for _ in range(n)]
         for message in messages:
             group = dialect.group_id(message.headers, header)

@@ -103,4 +103,3 @@ def from_ipc(data: bytes) -> Iterator[pa.RecordBatch]:
     for batch in reader:
         if batch.num_rows:
             yield batch
-

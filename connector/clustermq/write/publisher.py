@@ -97,6 +97,9 @@ class TaskPublisher:
         self._label = task_label
         self._links: dict[int, _Link] = {}
         self._dead: dict[int, str] = {}
+        #: each node's failover order, looked up once per message (a pure function of the node)
+        self._failover = [failover_order(i, len(self.nodes), options.priority)
+                          for i in range(len(self.nodes))]
         self.counts: dict[int, int] = {}
         self.failovers = 0
         #: messages a node answered with an ERROR frame: id -> (message, node index -> ERROR)
@@ -105,12 +108,7 @@ class TaskPublisher:
     # ------------------------------------------------------------------ routing
     def _link_for(self, preferred: int) -> _Link:
         """The first reachable node of ``preferred``'s failover order (connecting if needed)."""
-        link = self._links.get(preferred)
-        if link is not None and preferred not in self._dead and (
-            not self.options.priority or preferred in self.options.priority
-        ):
-            return link  # the common case, once per message: no failover order to build
-        for index in failover_order(preferred, len(self.nodes), self.options.priority):
+        for index in self._failover[preferred]:
             if index in self._dead:
                 continue
             link = self._links.get(index)

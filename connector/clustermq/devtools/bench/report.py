@@ -32,23 +32,25 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return str(value)
 
 
-def _ratio_text(row: dict[str, Any]) -> str:
-    if row.get("ratio_to_raw") is None:
+def _median_range(median: Any, low: Any, high: Any) -> str:
+    """A median ratio, with its min–max when the runs differ."""
+    if median is None:
         return "—"
-    text = _fmt(row["ratio_to_raw"], 2)
-    if row.get("repeats", 1) > 1 and row.get("ratio_min") is not None and row["ratio_min"] != row["ratio_max"]:
-        text += f" ({_fmt(row['ratio_min'], 2)}–{_fmt(row['ratio_max'], 2)})"
+    text = _fmt(median, 2)
+    if low is not None and low != high:
+        text += f" ({_fmt(low, 2)}–{_fmt(high, 2)})"
     return text
+
+
+def _ratio_text(row: dict[str, Any]) -> str:
+    several = row.get("repeats", 1) > 1
+    return _median_range(row.get("ratio_to_raw"), row.get("ratio_min") if several else None,
+                         row.get("ratio_max"))
 
 
 def _after_first_text(row: dict[str, Any]) -> str:
-    if row.get("after_first_batch_ratio") is None:
-        return "—"
-    text = _fmt(row["after_first_batch_ratio"], 2)
-    if row["after_first_batch_ratio_min"] != row["after_first_batch_ratio_max"]:
-        text += (f" ({_fmt(row['after_first_batch_ratio_min'], 2)}–"
-                 f"{_fmt(row['after_first_batch_ratio_max'], 2)})")
-    return text
+    return _median_range(row.get("after_first_batch_ratio"), row.get("after_first_batch_ratio_min"),
+                         row.get("after_first_batch_ratio_max"))
 
 
 def _cpu_text(row: dict[str, Any], key: str) -> str:
