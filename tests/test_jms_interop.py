@@ -172,13 +172,19 @@ def test_jms_groups_forwarded_over_a_bridge_stay_together(
     options["brokers"] = ",".join(f"{n.host}:{n.port}" for n in nodes[:2])
     total = sum(count for _, count, _ in groups.values())
 
+    last: list[tuple[int, dict[str, int]]] = []  # rows in the sink, depth per node
+
     def all_read_and_acknowledged(out: Path) -> bool:
         if not any(out.glob("*.parquet")):  # before the first batch's files are committed
             return False
-        return (spark.read.parquet(str(out)).count() >= total
-                and all(d == 0 for d in broker.depths(queue).values()))
+        last[:] = [(spark.read.parquet(str(out)).count(), broker.depths(queue))]
+        read, depths = last[0]
+        return read >= total and all(d == 0 for d in depths.values())
 
-    rows, progress = drain(spark, options, tmp_path, timeout=180, until=all_read_and_acknowledged)
+    try:
+        rows, progress = drain(spark, options, tmp_path, timeout=180, until=all_read_and_acknowledged)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen (rows, depths) of {total}: {last}") from None
     print(f"\n[{broker.flavor}] read over bridges in {len(progress)} batches; nodes per group: "
           f"{check_groups(broker, rows, groups)}")
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in nodes}
