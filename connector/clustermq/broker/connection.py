@@ -159,8 +159,16 @@ def _quiet_disconnect(conn: stomp.Connection12, grace_s: float = 2.0) -> None:
                 time.sleep(0.02)
     except Exception:
         pass
+    transport = conn.transport
+    if not getattr(transport, "running", True):
+        # The receiver thread saw the socket close and is already closing it: shutting it down
+        # here too races that close (stomp.py then logs "unable to issue SHUT_RDWR ... Bad file
+        # descriptor"), so give it a moment to finish first.
+        deadline = time.monotonic() + grace_s
+        while getattr(transport, "socket", None) is not None and time.monotonic() < deadline:
+            time.sleep(0.005)
     try:
-        conn.transport.disconnect_socket()
+        transport.disconnect_socket()
     except Exception:
         pass
 
