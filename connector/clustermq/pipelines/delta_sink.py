@@ -172,15 +172,17 @@ class IdempotentDeltaWriter:
         app_id = self._wait_app_id()
         spark = batch.sparkSession
         strict = self._first or self.dedupe == "all"
+        if self._first:
+            # The stream's own session (Spark clones the user's for every query, and hands every
+            # batch of a run the same clone): let adaptive execution size the cached batch's
+            # partitions, hence the files each append writes.
+            spark.conf.set(ADAPTIVE_CACHED_PARTITIONS, "true")
         self._first = False
         if not self._exists:
             self._exists = delta_table_exists(spark, self.path)
         if self.parse is not None:
             self.columns = TABLE_COLUMNS + self.parse.columns()
         columns = self.columns
-        # The stream's own session (Spark clones the user's for every query): let adaptive
-        # execution size the cached batch's partitions, hence the files each append writes.
-        spark.conf.set(ADAPTIVE_CACHED_PARTITIONS, "true")
         # Persisted so that the write sees the rows the counts saw without reading the source
         # again, and the same ingest_time (current_timestamp is evaluated per query).
         unique = self._unique(batch, batch_id).persist(StorageLevel.MEMORY_AND_DISK)
@@ -247,9 +249,11 @@ class IdempotentDeltaWriter:
         return unique.select(*WORKING_COLUMNS, *self.columns)
 
     def _counts(self, rows: DataFrame, with_copies: bool) -> tuple[int, int, int, int | None]:
-        """Rows read, keys, keys with a redelivered copy, unparsable bodies: one aggregation."""
+        """Rows read, keys, keys with a redelivered copy, unparsable bodies: one aggregation.
+        The second count of a batch (its fresh keys, ``with_copies`` false) needs only the keys
+        and the unparsable bodies."""
         aggregates = [F.sum(COPIES) if with_copies else F.lit(0), F.count(F.lit(1)),
-                      F.sum(F.col(ANY_REDELIVERED).cast("long"))]
+                      F.sum(F.col(ANY_REDELIVERED).cast("long")) if with_copies else F.lit(0)]
         if self.parse is not None:
             aggregates.append(F.count(F.col(self.parse.corrupt_column)))
         row = rows.agg(*aggregates).first()
