@@ -24,7 +24,7 @@ from clustermq.write.headers import STAGING_PREFIX
 from clustermq.write.layout import InputLayout
 from clustermq.write.task import TaskIdentity, write_task
 from test_reader import drain, new_queue
-from test_writer import names, staging_queues, write
+from test_writer import names, parquet_batch, run_stream_driver, staging_queues, write
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -123,3 +123,55 @@ def test_write_mode_is_checked_when_options_are_parsed() -> None:
     assert WriteOptions.parse({**base, "writeMode": "direct"}).direct
     with pytest.raises(OptionError, match="writeMode.*atomic.*direct"):
         WriteOptions.parse({**base, "writeMode": "fast"})
+
+
+def test_direct_failed_stream_batch_keeps_its_committed_task_and_its_rerun_publishes_again(
+    spark: SparkSession, broker, tmp_path: Path,
+) -> None:
+    """A streaming query in direct mode, one micro-batch per file of 1,000 rows, each batch in 2
+    tasks (round robin). Batch 1's row 700 fails in both attempts of its task, once the other
+    task has committed (the row waits for the queue to hold more than batch 0): the query stops
+    with batch 1 failed, and what its committed task published stays (the queue's depth after
+    the failed run, minus batch 0). The re-run of batch 1 from the checkpoint publishes all
+    1,000 again with the same ids (query id, batch 1). Artemis drops the copies by
+    ``_AMQ_DUPL_ID``: each id once. Classic keeps them: exactly what the failed run published,
+    once more, each with the first copy's body. Nothing is staged."""
+    queue = new_queue("wdstream")
+    (tmp_path / "in").mkdir()
+    for b in range(2):
+        parquet_batch(spark, [(b * 1000 + i, f"s{i % 9}", b == 1 and i == 700) for i in range(1000)],
+                      tmp_path, f"f{b}")
+    (tmp_path / "fail").touch()
+    log = tmp_path / "driver.log"
+    mode = ["--write-mode", "direct", "--partitions", "2"]
+    first = run_stream_driver(broker, queue, tmp_path, log, *mode, "--fail-after-depth", "1001")
+    assert "injected failure at row 1700" in (first["error"] or ""), first
+    query = first["query_id"]
+    published = broker.settled_depths(queue)
+    kept = sum(d or 0 for d in published.values()) - 1000  # batch 0 committed whole
+    assert 0 < kept < 1000, published
+
+    (tmp_path / "fail").unlink()
+    assert run_stream_driver(broker, queue, tmp_path, log, *mode) == {"query_id": query, "error": None}
+    assert not [q for qs in staging_queues(broker, queue).values() for q in qs if query in q]
+    df, _ = drain(spark, broker.reader_options(queue), tmp_path / "read")
+    got = df.select(F.col("headers")["clustermq_id"].alias("cid"),
+                    F.col("body").cast("string").alias("body")).collect()
+    ids = Counter(r["cid"] for r in got)
+    by_id: dict[str, set[str]] = {}
+    for r in got:
+        by_id.setdefault(r["cid"], set()).add(r["body"])
+    expected = {f"{query}:{b}:{p}:{i}" for b in range(2) for p in range(2)
+                for i in range(sum(1 for _ in ids if _.startswith(f"{query}:{b}:{p}:")))}
+    assert set(ids) == expected and len(ids) == 2000, (len(ids), sorted(set(ids) ^ expected)[:10])
+    assert all(len(bodies) == 1 for bodies in by_id.values())  # every copy the same body
+    assert sorted(int(next(iter(b)).removeprefix("msg-")) for b in by_id.values()) == list(range(2000))
+    copies = {cid: n - 1 for cid, n in ids.items() if n > 1}
+    print(f"\n[{broker.flavor}] the failed batch kept {kept}; {sum(copies.values())} copies after "
+          "the re-run")
+    if broker.flavor == "artemis":
+        assert not copies, f"copies the broker should have dropped by _AMQ_DUPL_ID: {len(copies)}"
+    else:
+        assert sum(copies.values()) == kept and all(n == 1 for n in copies.values()), (kept, copies)
+        assert all(cid.startswith(f"{query}:1:") for cid in copies), sorted(copies)[:10]
+    assert broker.wait_depth_zero(queue) == {n: 0 for n in names(broker)}

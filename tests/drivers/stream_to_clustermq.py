@@ -15,6 +15,10 @@ raising there (clustermq.write.staging; earlier, it raises ArrowInvalid in the w
 stages nothing), so the failed attempt commits what it got into staging; Spark then retries the
 task (``--max-failures`` 2: ``local[2,2]``), and the retry succeeds.
 
+``--write-mode`` is the writer's ``writeMode`` (default ``atomic``); ``--partitions N``
+repartitions each micro-batch (round robin) into N tasks; ``--fail-after-depth D`` makes the
+failing row wait until the queue holds D messages first (so a sibling task has committed).
+
 The last stdout line is JSON: ``{"query_id": ..., "error": null | "..."}``. Credentials come
 from ``CLUSTERMQ_USERNAME`` / ``CLUSTERMQ_PASSWORD``.
 """
@@ -43,6 +47,9 @@ def main() -> int:
     parser.add_argument("--retried-write-pad", type=int, default=200)
     parser.add_argument("--max-failures", type=int, default=1)
     parser.add_argument("--arrow-batch", type=int, default=100)
+    parser.add_argument("--write-mode", default="atomic")
+    parser.add_argument("--partitions", type=int, default=0)
+    parser.add_argument("--fail-after-depth", type=int, default=0)
     args = parser.parse_args()
 
     from pyspark.sql import functions as F
@@ -59,7 +66,7 @@ def main() -> int:
     )
     options = {"brokers": args.brokers, "queue": args.queue,
                "username": os.environ["CLUSTERMQ_USERNAME"],
-               "password": os.environ["CLUSTERMQ_PASSWORD"]}
+               "password": os.environ["CLUSTERMQ_PASSWORD"], "writeMode": args.write_mode}
 
     if args.retried_write_rows:
         once, rows, first = args.fail_once_flag, args.retried_write_rows, args.retried_write_first_n
@@ -92,6 +99,7 @@ def main() -> int:
     @F.udf("string", useArrow=False)
     def body(n: int, fail: bool) -> str:
         if fail and os.path.exists(flag):
+            wait_for_depth(options, args.fail_after_depth)
             raise RuntimeError(f"injected failure at row {n}")
         return f"msg-{n}"
 
@@ -99,6 +107,8 @@ def main() -> int:
         spark.readStream.schema("n long, grp string, fail boolean")
         .option("maxFilesPerTrigger", 1).parquet(args.input)
     )
+    if args.partitions:  # before the UDF, so that it runs in the writing tasks
+        source = source.repartition(args.partitions)
     out = source.select(body("n", "fail").alias("body"), F.col("grp").alias("group_id"),
                         F.create_map(F.lit("n"), F.col("n").cast("string")).alias("headers"))
     query = (
@@ -115,6 +125,28 @@ def main() -> int:
     print(json.dumps({"query_id": str(query.id), "error": error}), flush=True)
     spark.stop()
     return 0
+
+
+def wait_for_depth(options: dict[str, str], depth: int, timeout_s: float = 120.0) -> None:
+    """Block until the queue holds ``depth`` messages over all nodes (or ``timeout_s`` passed):
+    lets a sibling task commit before this one fails."""
+    import time
+
+    from clustermq.broker.depth import queue_depth
+    from clustermq.errors import DepthError
+    from clustermq.options import WriteOptions
+
+    parsed = WriteOptions.parse(options)
+    user, password = parsed.connection.login
+    deadline = time.monotonic() + timeout_s
+    while depth and time.monotonic() < deadline:
+        try:
+            if sum(queue_depth(n, options["queue"], user, password, timeout=10)
+                   for n in parsed.connection.nodes) >= depth:
+                return
+        except DepthError:  # a node that cannot tell right now: ask again
+            pass
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":
