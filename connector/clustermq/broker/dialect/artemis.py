@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from clustermq.broker.dialect.base import BrokerDialect
@@ -141,11 +141,50 @@ class ArtemisDialect(BrokerDialect):
             raise DepthError(f"listNetworkTopology does not list the broker itself: {listed!r}")
         return own_port, peers
 
+    def can_manage(self, requests: Requester) -> bool:
+        """Whether the broker answers a management request: the login has ``manage``."""
+        try:
+            ok, _ = _management_request(requests, "broker", "version")
+        except DepthError:
+            return False
+        return ok
+
+    def queue_names(self, requests: Requester, prefix: str) -> list[str]:
+        ok, names = _management_request(requests, "broker", "queueNames")
+        if not ok or not isinstance(names, list):
+            raise DepthError(f"management request for the broker's queueNames failed: {names}")
+        return sorted(n for n in names if isinstance(n, str) and n.startswith(prefix))
+
+    def move_messages(self, requests: Requester, source: str, target: str, selector: str,
+                      limit: int) -> int:
+        """``moveMessages(flushLimit, filter, otherQueueName, rejectDuplicates, messageCount)``
+        of queue ``source``, at most ``limit`` messages in one transaction. Measured on 2.40.0
+        (docs/broker-behaviour.md, "Moving inside the broker"): the copies go to ``target``'s
+        queue on the same node in ``source``'s order; with ``rejectDuplicates`` a copy whose
+        ``_AMQ_DUPL_ID`` the target address already has is dropped alone (and counted). The
+        target must exist on the node (else AMQ229049): it is then created as the broker would
+        on first use, and the move asked again."""
+        args = [limit, selector, target, True, limit]
+        ok, result = _management_request(requests, f"queue.{source}", "moveMessages", True, args)
+        if not ok and "AMQ229049" in str(result):
+            config = {"name": target, "address": target, "routing-type": "ANYCAST",
+                      "durable": True, "auto-created": True}
+            _management_request(requests, "broker", "createQueue", True, [json.dumps(config)])
+            ok, result = _management_request(requests, f"queue.{source}", "moveMessages", True, args)
+        if not ok or not isinstance(result, int):
+            raise DepthError(f"moveMessages from {source} to {target} failed: {result}")
+        return result
+
+    def destroy_queue(self, requests: Requester, name: str) -> None:
+        ok, result = _management_request(requests, "broker", "destroyQueue", True, [name, True, True])
+        if not ok and "AMQ229017" not in str(result):  # already gone
+            raise DepthError(f"destroyQueue {name} failed: {result}")
+
 
 def _management_request(
-    requests: Requester, resource: str, name: str, operation: bool = False
+    requests: Requester, resource: str, name: str, operation: bool = False, args: Sequence[object] = ()
 ) -> tuple[bool, object]:
-    """Read one management attribute or call an operation without arguments; return
+    """Read one management attribute or call an operation with ``args``; return
     (succeeded, the decoded JSON result).
 
     An operation's arguments are a JSON array in a *text* body: a STOMP frame with a
@@ -163,7 +202,7 @@ def _management_request(
         "persistent": "false",
     }
     if operation:
-        requests.send_text(MANAGEMENT_ADDRESS, headers, "[]")
+        requests.send_text(MANAGEMENT_ADDRESS, headers, json.dumps(list(args)))
     else:
         requests.send(MANAGEMENT_ADDRESS, headers)
     frame = requests.reply(f"management reply for {resource} {name}",
