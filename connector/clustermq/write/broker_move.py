@@ -133,7 +133,7 @@ def _move_node(options: WriteOptions, job_id: str, default_queue: str, index: in
                                 f"{count} committed messages is missing")
             moved = _move_inside(options, requests, dialect, name, default_queue, result)
             requests.deadline = time.monotonic() + options.receipt_timeout_s
-            left = dialect.queue_depth(requests, name)
+            left = dialect.queue_depth(requests, name) if moved < count else 0
             if left:
                 _move_rest(options, index, name, default_queue, left, result)
             if moved + left != count:
