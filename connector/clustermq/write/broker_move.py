@@ -43,13 +43,11 @@ from clustermq.write.staging import NodeMove, StagedTask, StagingMover
 T = TypeVar("T")
 #: rows whose copy goes to the ``queue`` option (the others carry the target header)
 _DEFAULT_TARGET = f"{TARGET_HEADER} IS NULL"
-#: messages of the first ``move_messages`` call of a staging queue; each next call of the queue
-#: moves twice as many, up to ``_MOVE_CALL_MAX``; each call is one broker transaction. A call
-#: goes on in the broker when the driver dies: the limit leaves the rest staged, as a killed
-#: STOMP move does. Measured (bench, Artemis, 20,000 per node): 500 per call took 4.7-6.4 s,
-#: the round trip per call dominating; one call moved 10,000 in 0.3-1.1 s.
+#: messages per ``move_messages`` call, each one broker transaction. A call goes on in the broker
+#: when the driver dies: the limit leaves the rest staged, as a killed STOMP move does (calls
+#: doubling to 16,000 were no faster while every request subscribed its own reply address, and
+#: with one reply subscription per connection a driver killed mid-move no longer left a rest).
 _MOVE_CALL = 500
-_MOVE_CALL_MAX = 16_000
 
 
 def _managed(options: WriteOptions, index: int, work: Callable[[Requester, BrokerDialect], T]) -> T:
@@ -60,7 +58,7 @@ def _managed(options: WriteOptions, index: int, work: Callable[[Requester, Broke
     conn, connected = open_connection(node, options.connection, inbox, "clustermq-manage")
     try:
         dialect = resolve_dialect(options.connection.flavor, connected.get("server"))
-        requests = Requester(conn, inbox, time.monotonic() + options.receipt_timeout_s)
+        requests = Requester(conn, inbox, time.monotonic() + options.receipt_timeout_s, keep_reply=True)
         return work(requests, dialect)
     finally:
         close_connection(conn)
@@ -157,24 +155,22 @@ def _move_node(options: WriteOptions, job_id: str, default_queue: str, index: in
 
 def _move_inside(options: WriteOptions, requests: Requester, dialect: BrokerDialect, name: str,
                  default_queue: str, result: NodeMove) -> int:
-    """Move staging queue ``name`` into ``default_queue`` inside the broker, in calls of
-    ``_MOVE_CALL`` messages doubling to ``_MOVE_CALL_MAX`` until a call moves fewer; a failing
-    call ends it (the rest goes over STOMP). Returns the count moved (or dropped as a
-    duplicate) here."""
-    moved, limit = 0, _MOVE_CALL
+    """Move staging queue ``name`` into ``default_queue`` inside the broker, ``_MOVE_CALL``
+    messages per call until a call moves fewer; a failing call ends it (the rest goes over
+    STOMP). Returns the count moved (or dropped as a duplicate) here."""
+    moved = 0
     while True:
         requests.deadline = time.monotonic() + options.receipt_timeout_s
         try:
-            step = dialect.move_messages(requests, name, default_queue, _DEFAULT_TARGET, limit)
+            step = dialect.move_messages(requests, name, default_queue, _DEFAULT_TARGET, _MOVE_CALL)
         except DepthError as exc:
             result.notes.append(f"moved over STOMP instead ({exc})")
             return moved
         moved += step
         result.moved += step
         result.in_broker += step
-        if step < limit:
+        if step < _MOVE_CALL:
             return moved
-        limit = min(2 * limit, _MOVE_CALL_MAX)
 
 
 def _move_rest(options: WriteOptions, index: int, name: str, default_queue: str, left: int,

@@ -191,10 +191,14 @@ def _management_request(
     ``content-length`` header arrives as a bytes message, which the broker cannot read
     (ERROR AMQ339011), so the request goes without one.
     """
-    token = uuid.uuid4().hex
-    reply_to = f"clustermq.depth.{token}"
-    sub_id = f"depth-{token}"
-    requests.subscribe(reply_to, sub_id, {"destination-type": "MULTICAST"})
+    if requests.reply_address is None:
+        token = uuid.uuid4().hex
+        reply_to, sub_id = f"clustermq.depth.{token}", f"depth-{token}"
+        requests.subscribe(reply_to, sub_id, {"destination-type": "MULTICAST"})
+        if requests.keep_reply:
+            requests.reply_address = (reply_to, sub_id)
+    else:
+        reply_to, sub_id = requests.reply_address
     headers = {
         "_AMQ_ResourceName": resource,
         "_AMQ_OperationName" if operation else "_AMQ_Attribute": name,
@@ -205,9 +209,14 @@ def _management_request(
         requests.send_text(MANAGEMENT_ADDRESS, headers, json.dumps(list(args)))
     else:
         requests.send(MANAGEMENT_ADDRESS, headers)
-    frame = requests.reply(f"management reply for {resource} {name}",
-                           lambda f: f.headers.get("subscription") == sub_id)
-    requests.unsubscribe(sub_id)
+    try:
+        frame = requests.reply(f"management reply for {resource} {name}",
+                               lambda f: f.headers.get("subscription") == sub_id)
+    except DepthError:
+        requests.reply_address = None  # a late reply must not answer the next request
+        raise
+    if requests.reply_address is None:
+        requests.unsubscribe(sub_id)
     body = body_text(frame)
     try:
         result = json.loads(body) if body.strip() else None
