@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
-from clustermq.write.headers import STAGING_PREFIX, staging_queue
+from clustermq.write.headers import STAGING_PREFIX, staging_prefix, staging_queue
 from clustermq.write.layout import InputLayout
 from clustermq.write.staging import StagedTask, move_job
 from clustermq.write.task import TaskIdentity, write_task
@@ -613,10 +613,12 @@ def dropped_in(line: str) -> int:
     return sum(int(n) for n in re.findall(r"(\d+) stale staged messages dropped", line))
 
 
-def query_staging(broker, queue: str, query: str) -> dict[str, int | None]:
-    """Depth of the query's staging queue on the node it belongs to (``n<i>`` lives on node i)."""
-    nodes = names(broker)
-    return {name: broker.depths(staging_queue(queue, query, i))[name] for i, name in enumerate(nodes)}
+def query_staging(broker, queue: str, query: str) -> dict[str, int]:
+    """Messages in the query's staging queues on each node: its ``n<i>`` queue on node i, and
+    where the commit moves inside the broker every task attempt's own queue."""
+    prefix = staging_prefix(queue, query)
+    return {node: sum(d for name, d in queues.items() if name.startswith(prefix))
+            for node, queues in staging_queues(broker, queue).items()}
 
 
 def parquet_batch(spark: SparkSession, rows: list[tuple], folder: Path, name: str) -> None:

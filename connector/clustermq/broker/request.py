@@ -20,10 +20,16 @@ from clustermq.errors import DepthError, LinkLost
 class Requester:
     """One node's connection for request/reply, and the deadline every wait counts against."""
 
-    def __init__(self, conn: stomp.Connection12, inbox: Inbox, deadline: float) -> None:
+    def __init__(self, conn: stomp.Connection12, inbox: Inbox, deadline: float,
+                 keep_reply: bool = False) -> None:
         self.conn = conn
         self.inbox = inbox
         self.deadline = deadline
+        #: ``keep_reply``: one reply subscription serves every request of this connection
+        #: (they are asked one after another), saving a SUBSCRIBE round trip per request
+        self.keep_reply = keep_reply
+        #: the kept reply subscription: (destination, subscription id)
+        self.reply_address: tuple[str, str] | None = None
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -16,6 +16,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from clustermq.logs import apply_log_level
 from clustermq.options import WriteOptions
+from clustermq.write.broker_move import move_attempts, purge_attempts
 from clustermq.write.staging import NodeMove, StagedTask, move_job, purge_job
 from clustermq.write.task import ClusterMQCommitMessage
 
@@ -46,7 +47,8 @@ def commit_job(options: WriteOptions, what: str, job_id: str,
         return []
     started = time.monotonic()
     unreachable = {name for m in tasks for name in m.unavailable}
-    results = move_job(
+    move = move_attempts if any(m.attempt_staging for m in tasks) else move_job
+    results = move(
         options, job_id, [StagedTask(m.task_tag, m.counts) for m in tasks], options.connection.queue,
         skip=unreachable,
     )
@@ -60,6 +62,9 @@ def commit_job(options: WriteOptions, what: str, job_id: str,
     text = (f"{what} committed {total} messages ({rows} rows, {len(tasks)} tasks) to queue "
             f"'{options.connection.queue}': {counts}; moved from staging in "
             f"{time.monotonic() - started:.1f} s")
+    in_broker = sum(r.in_broker for r in results)
+    if in_broker:
+        text += f" ({in_broker} moved inside the broker)"
     if unavailable:
         text += "; nodes unavailable to tasks: " + ", ".join(unavailable)
     if notes:
@@ -97,10 +102,11 @@ def report_direct(options: WriteOptions, what: str, tasks: Sequence[ClusterMQCom
 
 
 def abort_job(options: WriteOptions, what: str, job_id: str | None,
-              messages: Sequence[WriterCommitMessage | None] = ()) -> None:
+              messages: Sequence[WriterCommitMessage | None] = (), attempt_staging: bool = False) -> None:
     """Drop what the job staged (``job_id`` ``None``: no task reported, nothing to find), also
-    what tasks still finishing stage during the next ``ABORT_QUIET_S`` seconds. Direct mode:
-    nothing was staged; say what the finished tasks left in the queue."""
+    what tasks still finishing stage during the next ``ABORT_QUIET_S`` seconds; with
+    ``attempt_staging`` (or a task that says so) every attempt's own staging queue. Direct
+    mode: nothing was staged; say what the finished tasks left in the queue."""
     queue = options.connection.queue
     if options.direct:
         report_direct(options, f"{what} aborted", winners(messages), warning=True)
@@ -110,12 +116,14 @@ def abort_job(options: WriteOptions, what: str, job_id: str | None,
                "messages (what a failed task may have staged is dropped by the query's next "
                "committed batch)", warning=True)
         return
+    purge = purge_attempts if attempt_staging or any(
+        m.attempt_staging for m in winners(messages)) else purge_job
     started = time.monotonic()
     last_found = started
     rounds: list[int] = []  # messages dropped per purge round
     problems: dict[str, str] = {}
     while True:
-        results = purge_job(options, job_id, queue)
+        results = purge(options, job_id, queue)
         rounds.append(sum(r.dropped for r in results))
         problems.update({r.node: r.error for r in results if r.error})
         now = time.monotonic()

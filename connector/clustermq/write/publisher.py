@@ -83,6 +83,9 @@ class TaskPublisher:
 
     ``destination(node_index, dialect)`` names where messages routed to a node are sent (the
     job's staging queue on that node); ``None``: each message's own queue (direct mode).
+    ``final``: staged copies carry their final headers already (the duplicate id, no task
+    header, the target only where it is not the ``queue`` option), for a move inside the
+    broker, which re-sends nothing (write/broker_move.py).
     """
 
     def __init__(
@@ -90,8 +93,10 @@ class TaskPublisher:
         options: WriteOptions,
         destination: Callable[[int, BrokerDialect], str] | None,
         task_label: str,
+        final: bool = False,
     ) -> None:
         self.options = options
+        self._final = final
         self.nodes = list(options.connection.nodes)
         self._destination = destination
         self._label = task_label
@@ -222,12 +227,16 @@ class TaskPublisher:
         assert link.dialect is not None
         headers = dict(message.headers)
         headers.update(link.dialect.send_headers(message.group_id, self.options.connection.group_id_header))
-        if self._destination is not None:
+        if self._destination is not None and not self._final:
             return self._destination(link.index, link.dialect), headers
         target = headers.pop(TARGET_HEADER)
         del headers[TASK_HEADER]
         headers.update(link.dialect.duplicate_id_headers(headers[ID_HEADER]))
-        return link.dialect.destination(target), headers
+        if self._destination is None:
+            return link.dialect.destination(target), headers
+        if target != self.options.connection.queue:
+            headers[TARGET_HEADER] = target
+        return self._destination(link.index, link.dialect), headers
 
     def _resend_outside_transaction(self, link: _Link) -> bool:
         """Direct mode: send a link's messages again on a new connection, outside a transaction,

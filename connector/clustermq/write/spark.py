@@ -24,6 +24,7 @@ from pyspark.sql.datasource import (
 
 from clustermq.errors import MoveError
 from clustermq.options import WriteOptions
+from clustermq.write.broker_move import probe_attempt_staging
 from clustermq.write.commit import abort_job, commit_job, report, winners
 from clustermq.write.layout import InputLayout
 from clustermq.write.task import ClusterMQCommitMessage, task_identity, write_task
@@ -40,18 +41,21 @@ class ClusterMQBatchWriter(DataSourceArrowWriter):
         self.options = options
         self.layout = layout
         self.job_id = uuid.uuid4().hex
+        #: whether the commit moves inside the broker, so each task attempt stages apart
+        self.attempt_staging = probe_attempt_staging(options)
 
     def __repr__(self) -> str:
         return f"ClusterMQBatchWriter(queue={self.options.connection.queue!r}, job={self.job_id})"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
-        return write_task(self.options, self.layout, task_identity(self.job_id, False), iterator)
+        return write_task(self.options, self.layout, task_identity(self.job_id, False), iterator,
+                          self.attempt_staging)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         commit_job(self.options, f"job {self.job_id}", self.job_id, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_job(self.options, f"job {self.job_id}", self.job_id, messages)
+        abort_job(self.options, f"job {self.job_id}", self.job_id, messages, self.attempt_staging)
 
 
 class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
@@ -76,11 +80,17 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
         once per micro-batch, on the driver, for that batch's tasks (``commit``/``abort`` get a
         fresh, unpickled one). So every task of a batch publishes by one list, a node that
         joined is written to from the next batch on, and no commit waits for a discovery it
-        would not use (it takes the tasks' list)."""
-        return {**self.__dict__, "options": discovered(self.options)}
+        would not use (it takes the tasks' list). Whether the commit can move inside the
+        broker is asked here too, once per writer object (``commit`` reads it from the tasks'
+        messages)."""
+        options = discovered(self.options)
+        if "attempt_staging" not in self.__dict__:
+            self.attempt_staging = probe_attempt_staging(options)
+        return {**self.__dict__, "options": options}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
-        return write_task(self.options, self.layout, task_identity(self.fallback_id, True), iterator)
+        return write_task(self.options, self.layout, task_identity(self.fallback_id, True), iterator,
+                          getattr(self, "attempt_staging", False))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = winners(messages)

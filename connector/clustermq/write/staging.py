@@ -70,6 +70,7 @@ class StagedTask:
 class NodeMove:
     node: str
     moved: int = 0
+    in_broker: int = 0  # of ``moved``: moved by the broker itself (broker_move.py)
     dropped: int = 0
     seconds: float = 0.0
     error: str | None = None
@@ -78,7 +79,7 @@ class NodeMove:
 
 @dataclass
 class _Chunk:
-    """The part of a move not settled yet (see ``_Mover._drain``)."""
+    """The part of a move not settled yet (see ``StagingMover._drain``)."""
 
     transactional: bool
     tx: str | None = None
@@ -106,7 +107,7 @@ def final_headers(staged: Mapping[str, str], dialect: BrokerDialect, options: Wr
     return headers
 
 
-class _Mover:
+class StagingMover:
     """Moves (or drops) the messages of one staging queue on one node."""
 
     def __init__(self, options: WriteOptions, index: int, staging: str, default_queue: str) -> None:
@@ -117,8 +118,9 @@ class _Mover:
         self.default_queue = default_queue
         self.result = NodeMove(self.node.name)
 
-    def run(self, expected: int, winners: frozenset[str]) -> NodeMove:
-        """Move ``expected`` messages of ``winners``, dropping any other staged message met."""
+    def run(self, expected: int, winners: frozenset[str] | None) -> NodeMove:
+        """Move ``expected`` messages of ``winners`` (``None``: every one, an attempt's own
+        staging queue), dropping any other staged message met."""
         return self._guarded(lambda conn, inbox, dialect: self._move(conn, inbox, dialect, expected, winners))
 
     def drop(self, count: int) -> NodeMove:
@@ -153,7 +155,7 @@ class _Mover:
         return self.result
 
     def _move(self, conn: Any, inbox: Inbox, dialect: BrokerDialect, expected: int,
-              winners: frozenset[str]) -> None:
+              winners: frozenset[str] | None) -> None:
         timeout = self.options.receipt_timeout_s
         self._drain(conn, inbox, dialect, expected, winners, timeout, forward=True)
         leftover = self._leftover()
@@ -164,7 +166,7 @@ class _Mover:
 
     def _drain(
         self, conn: Any, inbox: Inbox, dialect: BrokerDialect, wanted: int,
-        winners: frozenset[str], timeout: float, forward: bool,
+        winners: frozenset[str] | None, timeout: float, forward: bool,
     ) -> None:
         """Consume until ``wanted`` winners were moved (``forward``) or ``wanted`` dropped.
 
@@ -205,7 +207,7 @@ class _Mover:
             if chunk.transactional and chunk.tx is None:
                 chunk.tx = conn.begin()
             headers = frame.headers
-            if forward and headers.get(TASK_HEADER) in winners:
+            if forward and (winners is None or headers.get(TASK_HEADER) in winners):
                 target = headers.get(TARGET_HEADER) or self.default_queue
                 final = (dialect.destination(target), frame.body, final_headers(headers, dialect, self.options))
                 if chunk.transactional:
@@ -293,7 +295,7 @@ def move_job(
     if not expected:
         return []
     movers = {
-        i: _Mover(options, i, staging_queue(default_queue, job_id, i), default_queue) for i in expected
+        i: StagingMover(options, i, staging_queue(default_queue, job_id, i), default_queue) for i in expected
     }
     idle = [i for i, n in enumerate(options.connection.nodes) if i not in expected and n.name not in skip]
     with ThreadPoolExecutor(max_workers=len(movers) + len(idle), thread_name_prefix="clustermq-move") as pool:
@@ -327,7 +329,7 @@ def _purge_node(options: WriteOptions, job_id: str, default_queue: str, index: i
         return NodeMove(node.name, error=f"not purged ({exc})")
     if not depth:
         return NodeMove(node.name)
-    return _Mover(options, index, staging, default_queue).drop(depth)
+    return StagingMover(options, index, staging, default_queue).drop(depth)
 
 
 def purge_job(options: WriteOptions, job_id: str, default_queue: str) -> list[NodeMove]:

@@ -49,6 +49,8 @@ class ClusterMQCommitMessage(WriterCommitMessage):
     #: the node list the task published by (its staging queues' indices point into it): a
     #: streaming commit moves by this list, not by one it would discover itself
     nodes: tuple[Node, ...] = ()
+    #: the attempt staged into its own queues, for a move inside the broker (broker_move.py)
+    attempt_staging: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,10 @@ def write_task(
     layout: InputLayout,
     identity: TaskIdentity,
     batches: Iterator[pa.RecordBatch],
+    attempt_staging: bool = False,
 ) -> ClusterMQCommitMessage:
-    """Publish one task's rows into the job's staging queues (direct mode: into their queues);
-    commit them with receipts.
+    """Publish one task's rows into the job's staging queues (direct mode: into their queues;
+    ``attempt_staging``: into this attempt's own staging queues); commit them with receipts.
 
     Any error (a bad row, no reachable node) aborts every open transaction before it
     propagates, so the task leaves nothing staged.
@@ -101,12 +104,14 @@ def write_task(
         layout, options, identity.job_id, identity.batch_id, identity.partition, tag, default_node
     )
     queue, job = options.connection.queue, identity.job_id
+    attempt = tag if attempt_staging else None
     publisher = TaskPublisher(
         options,
         destination=None if options.direct else (
-            lambda index, dialect: dialect.destination(staging_queue(queue, job, index))),
+            lambda index, dialect: dialect.destination(staging_queue(queue, job, index, attempt))),
         task_label=(f"clustermq writer task (partition {identity.partition}, "
                     f"attempt {identity.attempt})"),
+        final=attempt_staging,
     )
     try:
         for batch in batches:
@@ -122,5 +127,5 @@ def write_task(
         job_id=identity.job_id, batch_id=identity.batch_id, partition=identity.partition,
         attempt=identity.attempt, task_tag=tag, rows=builder.row, counts=counts,
         unavailable=publisher.dead_nodes, seconds=time.monotonic() - started,
-        nodes=tuple(options.connection.nodes),
+        nodes=tuple(options.connection.nodes), attempt_staging=attempt_staging,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from clustermq.broker.dialect.base import BrokerDialect
@@ -141,21 +141,64 @@ class ArtemisDialect(BrokerDialect):
             raise DepthError(f"listNetworkTopology does not list the broker itself: {listed!r}")
         return own_port, peers
 
+    def can_manage(self, requests: Requester) -> bool:
+        """Whether the broker answers a management request: the login has ``manage``."""
+        try:
+            ok, _ = _management_request(requests, "broker", "version")
+        except DepthError:
+            return False
+        return ok
+
+    def queue_names(self, requests: Requester, prefix: str) -> list[str]:
+        ok, names = _management_request(requests, "broker", "queueNames")
+        if not ok or not isinstance(names, list):
+            raise DepthError(f"management request for the broker's queueNames failed: {names}")
+        return sorted(n for n in names if isinstance(n, str) and n.startswith(prefix))
+
+    def move_messages(self, requests: Requester, source: str, target: str, selector: str,
+                      limit: int) -> int:
+        """``moveMessages(flushLimit, filter, otherQueueName, rejectDuplicates, messageCount)``
+        of queue ``source``, at most ``limit`` messages in one transaction. Measured on 2.40.0
+        (docs/broker-behaviour.md, "Moving inside the broker"): the copies go to ``target``'s
+        queue on the same node in ``source``'s order; with ``rejectDuplicates`` a copy whose
+        ``_AMQ_DUPL_ID`` the target address already has is dropped alone (and counted). The
+        target must exist on the node (else AMQ229049): it is then created as the broker would
+        on first use, and the move asked again."""
+        args = [limit, selector, target, True, limit]
+        ok, result = _management_request(requests, f"queue.{source}", "moveMessages", True, args)
+        if not ok and "AMQ229049" in str(result):
+            config = {"name": target, "address": target, "routing-type": "ANYCAST",
+                      "durable": True, "auto-created": True}
+            _management_request(requests, "broker", "createQueue", True, [json.dumps(config)])
+            ok, result = _management_request(requests, f"queue.{source}", "moveMessages", True, args)
+        if not ok or not isinstance(result, int):
+            raise DepthError(f"moveMessages from {source} to {target} failed: {result}")
+        return result
+
+    def destroy_queue(self, requests: Requester, name: str) -> None:
+        ok, result = _management_request(requests, "broker", "destroyQueue", True, [name, True, True])
+        if not ok and "AMQ229017" not in str(result):  # already gone
+            raise DepthError(f"destroyQueue {name} failed: {result}")
+
 
 def _management_request(
-    requests: Requester, resource: str, name: str, operation: bool = False
+    requests: Requester, resource: str, name: str, operation: bool = False, args: Sequence[object] = ()
 ) -> tuple[bool, object]:
-    """Read one management attribute or call an operation without arguments; return
+    """Read one management attribute or call an operation with ``args``; return
     (succeeded, the decoded JSON result).
 
     An operation's arguments are a JSON array in a *text* body: a STOMP frame with a
     ``content-length`` header arrives as a bytes message, which the broker cannot read
     (ERROR AMQ339011), so the request goes without one.
     """
-    token = uuid.uuid4().hex
-    reply_to = f"clustermq.depth.{token}"
-    sub_id = f"depth-{token}"
-    requests.subscribe(reply_to, sub_id, {"destination-type": "MULTICAST"})
+    if requests.reply_address is None:
+        token = uuid.uuid4().hex
+        reply_to, sub_id = f"clustermq.depth.{token}", f"depth-{token}"
+        requests.subscribe(reply_to, sub_id, {"destination-type": "MULTICAST"})
+        if requests.keep_reply:
+            requests.reply_address = (reply_to, sub_id)
+    else:
+        reply_to, sub_id = requests.reply_address
     headers = {
         "_AMQ_ResourceName": resource,
         "_AMQ_OperationName" if operation else "_AMQ_Attribute": name,
@@ -163,12 +206,17 @@ def _management_request(
         "persistent": "false",
     }
     if operation:
-        requests.send_text(MANAGEMENT_ADDRESS, headers, "[]")
+        requests.send_text(MANAGEMENT_ADDRESS, headers, json.dumps(list(args)))
     else:
         requests.send(MANAGEMENT_ADDRESS, headers)
-    frame = requests.reply(f"management reply for {resource} {name}",
-                           lambda f: f.headers.get("subscription") == sub_id)
-    requests.unsubscribe(sub_id)
+    try:
+        frame = requests.reply(f"management reply for {resource} {name}",
+                               lambda f: f.headers.get("subscription") == sub_id)
+    except DepthError:
+        requests.reply_address = None  # a late reply must not answer the next request
+        raise
+    if requests.reply_address is None:
+        requests.unsubscribe(sub_id)
     body = body_text(frame)
     try:
         result = json.loads(body) if body.strip() else None

@@ -125,5 +125,27 @@ class BrokerDialect:
         """
         raise NotImplementedError(f"{self.product}: no cluster membership over STOMP")
 
+    def can_manage(self, requests: Requester) -> bool:
+        """Whether the login may manage queues over STOMP (list, move inside the broker,
+        destroy); where it may, each writer task attempt stages into its own queues and the
+        commit moves them with :meth:`move_messages`."""
+        return False
+
+    def queue_names(self, requests: Requester, prefix: str) -> list[str]:
+        """The node's queues whose names start with ``prefix`` (see :meth:`can_manage`)."""
+        raise NotImplementedError(f"{self.product}: no queue listing over STOMP")
+
+    def move_messages(self, requests: Requester, source: str, target: str, selector: str,
+                      limit: int) -> int:
+        """Move up to ``limit`` messages of ``source`` that ``selector`` selects into queue
+        ``target`` on the same node, inside the broker, in order, as one transaction; a message
+        whose duplicate id ``target`` already has is dropped. Returns the count moved or
+        dropped (see :meth:`can_manage`)."""
+        raise NotImplementedError(f"{self.product}: no move inside the broker over STOMP")
+
+    def destroy_queue(self, requests: Requester, name: str) -> None:
+        """Delete queue ``name`` and its messages on the node (see :meth:`can_manage`)."""
+        raise NotImplementedError(f"{self.product}: no queue deletion over STOMP")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

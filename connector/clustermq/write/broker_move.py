@@ -1,0 +1,207 @@
+"""The commit's move inside the broker, where the login may manage queues.
+
+Why. The move over STOMP (:mod:`clustermq.write.staging`) costs broker round trips for every
+message: a delivery to the driver, a second persistent SEND, an ACK. A broker that can move a
+queue's messages itself over its management address (Artemis's ``moveMessages``, sent over
+STOMP like the depth probe) does the same work without them (docs/design.md, "Writer modes").
+
+How. Before any task runs, the driver asks one node whether the login may manage queues
+(:func:`probe_attempt_staging`, the writer then pickles the answer to every task). If it may,
+every task attempt stages into *its own* queue per node, ``clustermq.staging.<queue>.<job>.
+<attempt tag>.n<node index>``, with the message's final headers already: its duplicate id
+(``_AMQ_DUPL_ID`` = ``clustermq_id``), no task header, the target header only for a row whose
+``destination`` is not the ``queue`` option. Own queues per attempt are what let a staged copy
+carry the final duplicate id: the broker keeps a duplicate-id cache per address, and a retried
+attempt staging the same ids into a shared address would be refused.
+
+The commit then, per node, on one connection: lists the job's staging queues; moves each
+winning attempt's queue into ``queue`` inside the broker (the rows without a target header, in
+staged order, on the same node; a copy whose id the queue's address already has, a re-run
+batch's, is dropped there); moves whatever is left the STOMP way (rows for other destinations,
+a move that failed part-way); and destroys every staging queue of the job on the node - the
+emptied winners' and those of attempts Spark did not keep (a failed attempt's partial output,
+a speculative duplicate, an in-doubt COMMIT that was re-sent elsewhere). ``abort()`` destroys
+them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from clustermq.broker.connection import close_connection, open_connection
+from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.listener import Inbox
+from clustermq.broker.request import Requester
+from clustermq.errors import DepthError, MoveError, NodeUnavailable
+from clustermq.options import WriteOptions
+from clustermq.write.headers import TARGET_HEADER, staging_prefix, staging_queue
+from clustermq.write.staging import NodeMove, StagedTask, StagingMover
+
+T = TypeVar("T")
+#: rows whose copy goes to the ``queue`` option (the others carry the target header)
+_DEFAULT_TARGET = f"{TARGET_HEADER} IS NULL"
+#: messages per ``move_messages`` call, each one broker transaction. A call goes on in the broker
+#: when the driver dies: the limit leaves the rest staged, as a killed STOMP move does (calls
+#: doubling to 16,000 were no faster while every request subscribed its own reply address, and
+#: with one reply subscription per connection a driver killed mid-move no longer left a rest).
+_MOVE_CALL = 500
+
+
+def _managed(options: WriteOptions, index: int, work: Callable[[Requester, BrokerDialect], T]) -> T:
+    """Run ``work`` on a request connection to node ``index``; ``NodeUnavailable`` or
+    ``DepthError`` when the node cannot be asked."""
+    node = options.connection.nodes[index]
+    inbox = Inbox()
+    conn, connected = open_connection(node, options.connection, inbox, "clustermq-manage")
+    try:
+        dialect = resolve_dialect(options.connection.flavor, connected.get("server"))
+        requests = Requester(conn, inbox, time.monotonic() + options.receipt_timeout_s, keep_reply=True)
+        return work(requests, dialect)
+    finally:
+        close_connection(conn)
+
+
+def probe_attempt_staging(options: WriteOptions) -> bool:
+    """Whether the job's tasks stage per attempt for a move inside the broker: the first node
+    that answers says whether the login may manage queues there."""
+    if options.direct:
+        return False
+    for index in range(len(options.connection.nodes)):
+        try:
+            return _managed(options, index, lambda requests, dialect: dialect.can_manage(requests))
+        except NodeUnavailable:
+            continue
+        except DepthError:
+            return False
+    return False
+
+
+def move_attempts(
+    options: WriteOptions, job_id: str, tasks: Iterable[StagedTask], default_queue: str,
+    skip: Collection[str] = (),
+) -> list[NodeMove]:
+    """Move the winners' own staging queues into their queues, one thread per node, and
+    destroy every staging queue of the job; ``skip`` names nodes not to sweep where nothing
+    is to move (unreachable to the tasks).
+
+    Raises :class:`MoveError` naming every node that failed, after all nodes finished: a
+    failed node's remaining messages stay staged (not visible).
+    """
+    expected: dict[int, dict[str, int]] = {}
+    for task in tasks:
+        for index, count in task.counts.items():
+            if count:
+                expected.setdefault(index, {})[task.tag] = count
+    nodes = options.connection.nodes
+    indices = [i for i, n in enumerate(nodes) if i in expected or n.name not in skip]
+    with ThreadPoolExecutor(max_workers=max(1, len(indices)), thread_name_prefix="clustermq-move") as pool:
+        futures = {i: pool.submit(_move_node, options, job_id, default_queue, i, expected.get(i, {}))
+                   for i in indices}
+        results = {i: f.result() for i, f in futures.items()}
+    failed = [r for i, r in results.items() if r.error and i in expected]
+    if failed:
+        raise MoveError(
+            f"job {job_id}: moving staged messages into the queue failed on "
+            + "; ".join(r.error or "" for r in failed)
+            + ". Messages already moved on the other nodes stay in the queue; the rest stay in "
+            f"the staging queues {staging_prefix(default_queue, job_id)}<attempt>.n<i>"
+        )
+    for r in results.values():  # a sweep that failed does not fail the commit
+        if r.error:
+            r.notes.append(f"left-overs not checked ({r.error})")
+            r.error = None
+    return [r for i, r in sorted(results.items()) if i in expected or r.dropped or r.notes]
+
+
+def _move_node(options: WriteOptions, job_id: str, default_queue: str, index: int,
+               expected: dict[str, int]) -> NodeMove:
+    """One node's share of :func:`move_attempts`; never raises (the error is in the result)."""
+    result = NodeMove(options.connection.nodes[index].name)
+    started = time.monotonic()
+
+    def work(requests: Requester, dialect: BrokerDialect) -> None:
+        names = dialect.queue_names(requests, staging_prefix(default_queue, job_id))
+        for tag, count in expected.items():
+            name = staging_queue(default_queue, job_id, index, tag)
+            if name not in names:
+                raise MoveError(f"broker node {result.node}: staging queue {name} of "
+                                f"{count} committed messages is missing")
+            moved = _move_inside(options, requests, dialect, name, default_queue, result)
+            requests.deadline = time.monotonic() + options.receipt_timeout_s
+            left = dialect.queue_depth(requests, name) if moved < count else 0
+            if left:
+                _move_rest(options, index, name, default_queue, left, result)
+            if moved + left != count:
+                result.notes.append(f"{name}: {moved + left} staged messages moved of {count} committed")
+        for name in names:
+            requests.deadline = time.monotonic() + options.receipt_timeout_s
+            if name not in expected_names:
+                result.dropped += dialect.queue_depth(requests, name)
+            dialect.destroy_queue(requests, name)
+
+    expected_names = {staging_queue(default_queue, job_id, index, tag) for tag in expected}
+    try:
+        _managed(options, index, work)
+    except (NodeUnavailable, MoveError, DepthError) as exc:
+        result.error = str(exc)
+    except Exception as exc:
+        result.error = f"broker node {result.node}: {type(exc).__name__}: {exc}"
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _move_inside(options: WriteOptions, requests: Requester, dialect: BrokerDialect, name: str,
+                 default_queue: str, result: NodeMove) -> int:
+    """Move staging queue ``name`` into ``default_queue`` inside the broker, ``_MOVE_CALL``
+    messages per call until a call moves fewer; a failing call ends it (the rest goes over
+    STOMP). Returns the count moved (or dropped as a duplicate) here."""
+    moved = 0
+    while True:
+        requests.deadline = time.monotonic() + options.receipt_timeout_s
+        try:
+            step = dialect.move_messages(requests, name, default_queue, _DEFAULT_TARGET, _MOVE_CALL)
+        except DepthError as exc:
+            result.notes.append(f"moved over STOMP instead ({exc})")
+            return moved
+        moved += step
+        result.moved += step
+        result.in_broker += step
+        if step < _MOVE_CALL:
+            return moved
+
+
+def _move_rest(options: WriteOptions, index: int, name: str, default_queue: str, left: int,
+               result: NodeMove) -> None:
+    """Move what the broker did not over STOMP (every message of an attempt's queue is a
+    winner's); raises :class:`MoveError` if that fails."""
+    rest = StagingMover(options, index, name, default_queue).run(left, None)
+    result.moved += rest.moved
+    result.notes.extend(rest.notes)
+    if rest.error:
+        raise MoveError(rest.error)
+
+
+def purge_attempts(options: WriteOptions, job_id: str, default_queue: str) -> list[NodeMove]:
+    """Destroy every staging queue of a job on every node (``abort``); best effort, never
+    raises: what a node could not destroy is its result's error."""
+
+    def purge(index: int) -> NodeMove:
+        result = NodeMove(options.connection.nodes[index].name)
+
+        def work(requests: Requester, dialect: BrokerDialect) -> None:
+            for name in dialect.queue_names(requests, staging_prefix(default_queue, job_id)):
+                result.dropped += dialect.queue_depth(requests, name)
+                dialect.destroy_queue(requests, name)
+
+        try:
+            _managed(options, index, work)
+        except Exception as exc:
+            result.error = f"not purged ({exc})"
+        return result
+
+    nodes = range(len(options.connection.nodes))
+    with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="clustermq-purge") as pool:
+        return list(pool.map(purge, nodes))
