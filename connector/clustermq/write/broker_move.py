@@ -38,7 +38,7 @@ from clustermq.broker.request import Requester
 from clustermq.errors import DepthError, MoveError, NodeUnavailable
 from clustermq.options import WriteOptions
 from clustermq.write.headers import TARGET_HEADER, staging_prefix, staging_queue
-from clustermq.write.staging import NodeMove, StagedTask, StagingMover
+from clustermq.write.staging import NodeMove, StagedTask, StagingMover, move_failed
 
 T = TypeVar("T")
 #: rows whose copy goes to the ``queue`` option (the others carry the target header)
@@ -103,12 +103,7 @@ def move_attempts(
         results = {i: f.result() for i, f in futures.items()}
     failed = [r for i, r in results.items() if r.error and i in expected]
     if failed:
-        raise MoveError(
-            f"job {job_id}: moving staged messages into the queue failed on "
-            + "; ".join(r.error or "" for r in failed)
-            + ". Messages already moved on the other nodes stay in the queue; the rest stay in "
-            f"the staging queues {staging_prefix(default_queue, job_id)}<attempt>.n<i>"
-        )
+        raise move_failed(job_id, failed, f"{staging_prefix(default_queue, job_id)}<attempt>.n<i>")
     for r in results.values():  # a sweep that failed does not fail the commit
         if r.error:
             r.notes.append(f"left-overs not checked ({r.error})")

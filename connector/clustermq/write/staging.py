@@ -272,6 +272,16 @@ class StagingMover:
             return 0
 
 
+def move_failed(job_id: str, failed: Iterable[NodeMove], staging: str) -> MoveError:
+    """The commit's error once every node finished: which nodes failed and where the rest is."""
+    return MoveError(
+        f"job {job_id}: moving staged messages into the queue failed on "
+        + "; ".join(r.error or "" for r in failed)
+        + f". Messages already moved on the other nodes stay in the queue; the rest stay in the "
+        f"staging queues {staging}"
+    )
+
+
 def move_job(
     options: WriteOptions, job_id: str, tasks: Iterable[StagedTask], default_queue: str,
     skip: Collection[str] = (),
@@ -305,12 +315,7 @@ def move_job(
         swept = [f.result() for f in sweeps]
     failed = [r for r in results if r.error]
     if failed:
-        raise MoveError(
-            f"job {job_id}: moving staged messages into the queue failed on "
-            + "; ".join(r.error or "" for r in failed)
-            + ". Messages already moved on the other nodes stay in the queue; the rest stay in "
-            f"the staging queues {STAGING_PREFIX}.{default_queue}.{job_id}.n<i>"
-        )
+        raise move_failed(job_id, failed, f"{STAGING_PREFIX}.{default_queue}.{job_id}.n<i>")
     for r in swept:  # best effort: a node that cannot be asked does not fail the commit
         if r.error:
             r.notes.append(f"left-overs not checked ({r.error})")
