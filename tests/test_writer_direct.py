@@ -8,7 +8,6 @@ duplicate id and Classic keeps as copies.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -77,24 +76,9 @@ def test_direct_failed_job_keeps_the_committed_task_and_a_rerun_publishes_again(
     @F.udf("string")
     def failing(i: int) -> str:
         if i == half:  # the first row of partition 1
-            from clustermq.broker.depth import queue_depth
-            from clustermq.errors import DepthError
+            from depth_wait import wait_for_depth
 
-            parsed = WriteOptions.parse(opts)
-            user, password = parsed.connection.login
-
-            def committed() -> int:
-                # Artemis once answered "Problem while retrieving attribute messageCount" during
-                # this wait (a node where the queue was being created, presumably): ask again.
-                try:
-                    return sum(queue_depth(n, queue, user, password, timeout=10)
-                               for n in parsed.connection.nodes)
-                except DepthError:
-                    return 0
-
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and committed() < half:
-                time.sleep(0.2)
+            wait_for_depth(opts, half)
             raise ValueError("injected failure after the first task committed")
         return f"m{i}"
 

@@ -54,7 +54,8 @@ def main() -> int:
 
     from pyspark.sql import functions as F
 
-    sys.path.insert(0, str(TESTS))  # the suite's session helper
+    sys.path.insert(0, str(TESTS))  # the suite's session helper and depth poll
+    from depth_wait import wait_for_depth
     from sparksession import local_session
 
     spark = local_session(
@@ -125,28 +126,6 @@ def main() -> int:
     print(json.dumps({"query_id": str(query.id), "error": error}), flush=True)
     spark.stop()
     return 0
-
-
-def wait_for_depth(options: dict[str, str], depth: int, timeout_s: float = 120.0) -> None:
-    """Block until the queue holds ``depth`` messages over all nodes (or ``timeout_s`` passed):
-    lets a sibling task commit before this one fails."""
-    import time
-
-    from clustermq.broker.depth import queue_depth
-    from clustermq.errors import DepthError
-    from clustermq.options import WriteOptions
-
-    parsed = WriteOptions.parse(options)
-    user, password = parsed.connection.login
-    deadline = time.monotonic() + timeout_s
-    while depth and time.monotonic() < deadline:
-        try:
-            if sum(queue_depth(n, options["queue"], user, password, timeout=10)
-                   for n in parsed.connection.nodes) >= depth:
-                return
-        except DepthError:  # a node that cannot tell right now: ask again
-            pass
-        time.sleep(0.2)
 
 
 if __name__ == "__main__":

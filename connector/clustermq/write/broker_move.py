@@ -131,11 +131,7 @@ def _move_node(options: WriteOptions, job_id: str, default_queue: str, index: in
                 _move_rest(options, index, name, default_queue, left, result)
             if moved + left != count:
                 result.notes.append(f"{name}: {moved + left} staged messages moved of {count} committed")
-        for name in names:
-            requests.deadline = time.monotonic() + options.receipt_timeout_s
-            if name not in expected_names:
-                result.dropped += dialect.queue_depth(requests, name)
-            dialect.destroy_queue(requests, name)
+        result.dropped += _destroy(options, requests, dialect, names, expected_names)
 
     expected_names = {staging_queue(default_queue, job_id, index, tag) for tag in expected}
     try:
@@ -179,6 +175,19 @@ def _move_rest(options: WriteOptions, index: int, name: str, default_queue: str,
         raise MoveError(rest.error)
 
 
+def _destroy(options: WriteOptions, requests: Requester, dialect: BrokerDialect,
+             names: Iterable[str], moved: Collection[str]) -> int:
+    """Destroy the staging queues ``names``; returns the messages dropped with them (what
+    those not in ``moved``, the emptied winners', still held)."""
+    dropped = 0
+    for name in names:
+        requests.deadline = time.monotonic() + options.receipt_timeout_s
+        if name not in moved:
+            dropped += dialect.queue_depth(requests, name)
+        dialect.destroy_queue(requests, name)
+    return dropped
+
+
 def purge_attempts(options: WriteOptions, job_id: str, default_queue: str) -> list[NodeMove]:
     """Destroy every staging queue of a job on every node (``abort``); best effort, never
     raises: what a node could not destroy is its result's error."""
@@ -187,9 +196,8 @@ def purge_attempts(options: WriteOptions, job_id: str, default_queue: str) -> li
         result = NodeMove(options.connection.nodes[index].name)
 
         def work(requests: Requester, dialect: BrokerDialect) -> None:
-            for name in dialect.queue_names(requests, staging_prefix(default_queue, job_id)):
-                result.dropped += dialect.queue_depth(requests, name)
-                dialect.destroy_queue(requests, name)
+            names = dialect.queue_names(requests, staging_prefix(default_queue, job_id))
+            result.dropped += _destroy(options, requests, dialect, names, moved=())
 
         try:
             _managed(options, index, work)

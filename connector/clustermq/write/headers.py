@@ -22,9 +22,8 @@ CLUSTERMQ_PREFIX = "clustermq_"
 def staging_queue(queue: str, job_id: str, node_index: int, attempt: str | None = None) -> str:
     """The staging queue of a job on one node; with ``attempt`` (a task attempt's tag) that
     attempt's own one, where the commit moves inside the broker (write/broker_move.py)."""
-    if attempt:
-        return f"{STAGING_PREFIX}.{queue}.{job_id}.{attempt}.n{node_index}"
-    return f"{STAGING_PREFIX}.{queue}.{job_id}.n{node_index}"
+    prefix = staging_prefix(queue, job_id)
+    return f"{prefix}{attempt}.n{node_index}" if attempt else f"{prefix}n{node_index}"
 
 
 def staging_prefix(queue: str, job_id: str) -> str:

@@ -42,9 +42,9 @@ from clustermq.errors import LinkLost, MoveError, NodeUnavailable
 from clustermq.options import WriteOptions
 from clustermq.write.headers import (
     ID_HEADER,
-    STAGING_PREFIX,
     TARGET_HEADER,
     TASK_HEADER,
+    staging_prefix,
     staging_queue,
 )
 
@@ -315,7 +315,7 @@ def move_job(
         swept = [f.result() for f in sweeps]
     failed = [r for r in results if r.error]
     if failed:
-        raise move_failed(job_id, failed, f"{STAGING_PREFIX}.{default_queue}.{job_id}.n<i>")
+        raise move_failed(job_id, failed, f"{staging_prefix(default_queue, job_id)}n<i>")
     for r in swept:  # best effort: a node that cannot be asked does not fail the commit
         if r.error:
             r.notes.append(f"left-overs not checked ({r.error})")
