@@ -362,6 +362,7 @@ def test_artemis_dialect_refuses_browse_and_reads_its_own_headers() -> None:
     assert dialect.message_id({"message-id": "156,106"}, "127.0.0.1:61613") == "106@127.0.0.1:61613"
     assert dialect.group_id({"_AMQ_GROUP_ID": "g", "JMSXGroupID": "x"}, "clustermq_group") == "g"
     assert dialect.duplicate_id_headers("job:0:1:2") == {"_AMQ_DUPL_ID": "job:0:1:2"}
+    assert dialect.drops_duplicates
 
 
 def test_bridge_log_lines_give_the_connected_peers() -> None:

@@ -183,6 +183,7 @@ def test_dialects() -> None:
         detect_dialect("RabbitMQ/3.12")
     classic, artemis = ClassicDialect(), ArtemisDialect()
     assert classic.destination("q") == "/queue/q"
+    assert not classic.drops_duplicates and classic.duplicate_id_headers("j:0:1:2") == {}
     assert artemis.subscribe_headers(10, 2048)["consumer-window-size"] == "2048"
     assert classic.group_id({"clustermq_group": "g1"}, "clustermq_group") == "g1"
     assert artemis.group_id({"_AMQ_GROUP_ID": "g2", "clustermq_group": "x"}, "clustermq_group") == "g2"

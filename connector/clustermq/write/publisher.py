@@ -244,7 +244,7 @@ class TaskPublisher:
         all stored). Used where the node refused the COMMIT of messages carrying duplicate ids,
         which it drops one by one outside a transaction. False if that failed too."""
         assert link.dialect is not None
-        if self._destination is not None or not link.pending or not link.dialect.duplicate_id_headers("x"):
+        if self._destination is not None or not link.pending or not link.dialect.drops_duplicates:
             return False
         fresh = _Link(link.index, link.node)
         fresh.dialect = link.dialect

@@ -61,6 +61,7 @@ class ArtemisDialect(BrokerDialect):
     group_header: str | None = "_AMQ_GROUP_ID"
     can_browse: bool = False
     transactional_ack: bool = False
+    drops_duplicates: bool = True
 
     def destination(self, queue: str) -> str:
         return queue[len("/queue/"):] if queue.startswith("/queue/") else queue

@@ -31,6 +31,8 @@ class BrokerDialect:
     can_browse: bool = False
     #: whether an ACK inside a STOMP transaction is undone by ABORT (else it takes effect at once)
     transactional_ack: bool = True
+    #: whether the broker drops a SEND whose :meth:`duplicate_id_headers` it has seen before
+    drops_duplicates: bool = False
     #: whether STOMP consumers may not see the group of a message a JMS (OpenWire, AMQP) producer
     #: grouped, while the broker still pins each group to one consumer: the reader then keeps a
     #: group together by the subscription ("group slot") it arrived on (read/slots.py)
