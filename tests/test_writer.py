@@ -570,8 +570,10 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
 
 
 # --------------------------------------------------------------------------- streaming
-#: rows of the streaming test's last batch, the one whose move the driver's death interrupts
-MOVE_KILL_ROWS = 9_000
+#: rows of the streaming test's last batch, the one whose move the driver's death interrupts:
+#: enough that the kill lands midway (9,000 moved whole on Artemis, inside the broker, between
+#: the first depth rise seen and the kill)
+MOVE_KILL_ROWS = 30_000
 #: the streaming test's retried batch job: its rows (3 partitions), their first ``n`` (above
 #: every streamed row), and the padding that makes its Arrow batches outgrow Spark's buffer
 RETRIED_ROWS, RETRIED_FIRST_N, RETRIED_PAD = 12_000, 1_000_000, 200
