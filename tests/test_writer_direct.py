@@ -146,7 +146,7 @@ def test_direct_failed_stream_batch_keeps_its_committed_task_and_its_rerun_publi
     for r in got:
         by_id.setdefault(r["cid"], set()).add(r["body"])
     expected = {f"{query}:{b}:{p}:{i}" for b in range(2) for p in range(2)
-                for i in range(sum(1 for _ in ids if _.startswith(f"{query}:{b}:{p}:")))}
+                for i in range(sum(1 for cid in ids if cid.startswith(f"{query}:{b}:{p}:")))}
     assert set(ids) == expected and len(ids) == 2000, (len(ids), sorted(set(ids) ^ expected)[:10])
     assert all(len(bodies) == 1 for bodies in by_id.values())  # every copy the same body
     assert sorted(int(next(iter(b)).removeprefix("msg-")) for b in by_id.values()) == list(range(2000))

@@ -250,17 +250,16 @@ class StagingMover:
             if chunk.tx is not None:
                 conn.ack(chunk.acks[-1], transaction=chunk.tx)  # every delivery up to it
                 commit_with_receipt(conn, inbox, chunk.tx, timeout)
-                chunk.reset()
-                return
-            if chunk.held is not None:
-                destination, body, headers = chunk.held
-                inbox.confirm(lambda r: conn.send(destination, body, headers={**headers, "receipt": r}),
-                              timeout, "send")
-            if chunk.acks:
-                for ack_id in chunk.acks[:-1]:
-                    conn.ack(ack_id)
-                last = chunk.acks[-1]
-                inbox.confirm(lambda r: conn.ack(last, receipt=r), timeout, "ack")
+            else:
+                if chunk.held is not None:
+                    destination, body, headers = chunk.held
+                    inbox.confirm(lambda r: conn.send(destination, body, headers={**headers, "receipt": r}),
+                                  timeout, "send")
+                if chunk.acks:
+                    for ack_id in chunk.acks[:-1]:
+                        conn.ack(ack_id)
+                    last = chunk.acks[-1]
+                    inbox.confirm(lambda r: conn.ack(last, receipt=r), timeout, "ack")
         except LinkLost:
             raise
         except Exception as exc:
