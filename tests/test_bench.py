@@ -22,13 +22,14 @@ def test_bench_smoke_run_writes_json_table_and_plots(spark: SparkSession, broker
     out, doc = tmp_path / "out", tmp_path / "benchmarks.md"
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- bench:headline -->\nold\n<!-- /bench:headline -->\nrest\n")
-    assert main(["--scale", "0.0015", "--steps", "write,read", "--no-delta", "--repeats", "2",
+    assert main(["--scale", "0.0015", "--steps", "write,read,floor", "--no-delta", "--repeats", "2",
                  "--out", str(out), "--doc", str(doc), "--readme", str(readme)],
                 cluster=broker.cluster, spark=spark) == 0
     results = json.loads((out / "results.json").read_text())
     by_name = {row["name"]: row for row in results["comparisons"]}
     assert set(by_name) == {"write: raw stomp.py producers", "read: raw stomp.py consumers",
-                            "write: clustermq writer", "read: clustermq reader -> noop"}
+                            "write: clustermq writer", "read: clustermq reader -> noop",
+                            "read: Python source, no broker -> noop"}
     for row in by_name.values():  # every message was read, or the stall is reported
         assert row["messages"] + row.get("stalled_with_left", 0) == 300
         assert row["messages_per_s"] > 0 and row["ratio_to_raw"] > 0
@@ -38,6 +39,8 @@ def test_bench_smoke_run_writes_json_table_and_plots(spark: SparkSession, broker
     reader = by_name["read: clustermq reader -> noop"]
     assert reader["cpu_us_per_msg"]["reader"] > 0  # the streaming-source process was found
     assert reader["depth_rise_max"] >= 0 and reader["first_batch_s"] > 0
+    floor = by_name["read: Python source, no broker -> noop"]  # its own source process, measured
+    assert floor["cpu_us_per_msg"]["reader"] > 0 and floor["first_batch_s"] > 0
     assert by_name["read: raw stomp.py consumers"]["ratio_to_raw"] == 1.0
     table = doc.read_text()
     assert "| read: clustermq reader -> noop |" in table

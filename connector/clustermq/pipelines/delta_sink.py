@@ -21,7 +21,8 @@ keys (or a strict one) adds the anti-join and a second cached, counted set.
 
 The first batch of every run may be a replay, so it gets the strict treatment: *every* row is
 anti-joined against the table, and after the ``txnVersion`` append the writer checks that its
-rows arrived. If Delta skipped the append (batch N was committed by the crashed run) while the
+rows arrived (unless that append created the table, which then cannot have skipped it). If
+Delta skipped the append (batch N was committed by the crashed run) while the
 replay brought messages that are not in the table (a competing consumer took some of the
 original ones in between), those messages are appended without ``txnVersion``; they are
 acknowledged after this function returns, so skipping them would lose them. That append is
@@ -195,11 +196,14 @@ class IdempotentDeltaWriter:
             if self._exists and (strict or redelivered):
                 fresh = self._fresh(spark, unique, strict).persist(StorageLevel.MEMORY_AND_DISK)
                 _, written, _, corrupt = self._counts(fresh, with_copies=False)
+            existed = self._exists
             (fresh.select(*columns).write.format("delta").mode("append")
              .option("txnAppId", app_id).option("txnVersion", batch_id)
              .save(self.path))
             self._exists = True
-            if strict and written:
+            # Delta skips the append only for a table whose log already holds this app id at
+            # this version: a table created by this very append cannot have skipped it.
+            if strict and written and existed:
                 appended = self._append_if_skipped(spark, fresh)
         finally:
             if fresh is not unique:

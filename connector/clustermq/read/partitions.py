@@ -6,7 +6,7 @@ connection and no state: it only turns bytes back into record batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -17,6 +17,7 @@ from clustermq.read.schema import from_ipc, rows_batch, to_ipc
 from clustermq.read.slots import bucket_for_slot
 
 if TYPE_CHECKING:
+    from clustermq.broker.dialect import BrokerDialect
     from clustermq.options import ReadOptions
     from clustermq.read.consumer import ClusterConsumer
     from clustermq.read.messages import BufferedMessage
@@ -40,21 +41,31 @@ def plan_partitions(
     taken: list[tuple[int, list[BufferedMessage]]],
     options: ReadOptions,
 ) -> list[MessagesPartition]:
-    """Bucket every node's rows by group hash into ``numPartitions`` partitions; a row whose
-    group the broker does not show goes by its group slot (read/slots.py).
+    """Bucket every node's rows by group hash into ``numPartitions`` partitions (see
+    :func:`bucket_rows`)."""
+    sources = [(sub.node.name, sub.dialect) for sub in consumer.subscriptions]
+    return bucket_rows(sources, taken, options.num_partitions, options.connection.group_id_header)
+
+
+def bucket_rows(
+    sources: Sequence[tuple[str, BrokerDialect | None]],
+    taken: list[tuple[int, list[BufferedMessage]]],
+    n: int,
+    header: str,
+) -> list[MessagesPartition]:
+    """Bucket rows by group hash into ``n`` partitions; a row whose group the broker does not
+    show goes by its group slot (read/slots.py). ``sources`` names each node index's node and
+    dialect; ``taken`` holds (node index, rows).
 
     Within a partition rows keep node order, then delivery order, so a group (which a
     well-behaved producer keeps on one node) is read in broker delivery order.
     """
-    n = options.num_partitions
     per_partition: list[list[pa.RecordBatch]] = [[] for _ in range(n)]
     counts = [0] * n
-    header = options.connection.group_id_header
     for node_index, messages in taken:
         if not messages:
             continue
-        sub = consumer.subscriptions[node_index]
-        dialect = sub.dialect
+        node_name, dialect = sources[node_index]
         assert dialect is not None
         buckets: list[tuple[list[BufferedMessage], list[str | None]]] = [([], []) for _ in range(n)]
         for message in messages:
@@ -69,7 +80,7 @@ def plan_partitions(
             buckets[p][1].append(group)
         for p, (rows, groups) in enumerate(buckets):
             if rows:
-                per_partition[p].append(rows_batch(sub.node.name, rows, groups, dialect))
+                per_partition[p].append(rows_batch(node_name, rows, groups, dialect))
                 counts[p] += len(rows)
     return [
         MessagesPartition(p, counts[p], to_ipc(per_partition[p])) for p in range(n)

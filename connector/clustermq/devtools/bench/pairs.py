@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clustermq.devtools.bench.delta_run import read_into_delta
+from clustermq.devtools.bench.floor import read_floor
 from clustermq.devtools.bench.scenarios import (
     Bench,
     Figure,
@@ -76,6 +77,14 @@ def reader_delta(b: Bench, n: int) -> Figure:
     return read_into_delta(b, queue, n, READ_MAX_PER_TRIGGER)
 
 
+def floor_noop(b: Bench, n: int) -> Figure:
+    return read_floor(b, n, READ_MAX_PER_TRIGGER, delta=False)
+
+
+def floor_delta(b: Bench, n: int) -> Figure:
+    return read_floor(b, n, READ_MAX_PER_TRIGGER, delta=True)
+
+
 @dataclass(frozen=True)
 class Pair:
     """``key`` is the ``--steps`` name; ``kind`` says which per-message CPU matters (the reader
@@ -97,4 +106,10 @@ PAIRS: tuple[Pair, ...] = (
     Pair("read", "read: raw stomp.py consumers vs the reader into noop", "read", raw_read, reader_noop),
     Pair("delta", "read: raw stomp.py consumers vs queue_to_delta", "read", raw_read, reader_delta,
          needs_delta=True),
+    # Spark's share of the two read ratios: the same rows from a source with no broker
+    # (bench/floor.py), the same raw consumers as the baseline.
+    Pair("floor", "read: raw stomp.py consumers vs a Python source with no broker into noop", "read",
+         raw_read, floor_noop),
+    Pair("floor-delta", "read: raw stomp.py consumers vs a Python source with no broker into the "
+         "Delta sink", "read", raw_read, floor_delta, needs_delta=True),
 )

@@ -57,6 +57,15 @@ def _cpu_text(row: dict[str, Any], key: str) -> str:
     return _fmt((row.get("cpu_us_per_msg") or {}).get(key))
 
 
+#: rows of the floor scenario (bench/floor.py) start with this
+FLOOR_PREFIX = "read: Python source, no broker"
+_FLOOR_NOTE = (
+    " *Python source, no broker*: the reader's rows (its schema, its row and partition code, the "
+    "same batch limit and sink) served from memory by a source that asks no broker: what Spark "
+    "itself takes for these rows."
+)
+
+
 def comparison_tables(results: dict[str, Any]) -> list[str]:
     """Per flavor: throughput with the ratio's median (min–max), then CPU per message."""
     env = results["environment"]
@@ -73,7 +82,8 @@ def comparison_tables(results: dict[str, Any]) -> list[str]:
             "any node's queue depth *gained* during the run (0: every node's depth only fell). "
             "After the first batch: the query's rate from the end of its first batch to the end of "
             "its last, against the raw client's whole run; the gap to the ratio is the query's "
-            "start, paid once by a long-running query.",
+            "start, paid once by a long-running query." + (_FLOOR_NOTE if any(
+                r["name"].startswith(FLOOR_PREFIX) for r in rows) else ""),
             "",
             "| run | messages | seconds | messages/s | ratio to raw | after the first batch "
             "| first batch s | batch p95 ms | depth rise | stalled, messages left |",
