@@ -151,8 +151,12 @@ def test_cluster_is_configured_as_the_issue_asks(broker: Any) -> None:
         for fragment in ("<message-load-balancing>ON_DEMAND</message-load-balancing>",
                          "<redistribution-delay>1000</redistribution-delay>",
                          "anycastPrefix=/queue/", "<static-connectors>", "<global-max-size>",
-                         f"<journal-directory>{cluster.node_dir(node.index)}/data/journal"):
+                         f"<journal-directory>{cluster.node_dir(node.index)}/data/journal",
+                         "<min-disk-free>512MB</min-disk-free>"):
             assert fragment in xml, fragment
+        # a percentage limit refused every send on a large disk with 2.1 GB free
+        # (docs/broker-behaviour.md, "A nearly full disk")
+        assert "<max-disk-usage>" not in xml
         (cluster_password,) = re.findall(r"<cluster-password>([^<]*)</cluster-password>", xml)
         assert cluster_password != "CHANGE ME!!" and len(cluster_password) >= 32
         assert state.password not in xml  # derived from the client password, which is not in it

@@ -27,9 +27,11 @@ HEAP_MIN = "128m"
 HEAP_MAX = "512m"
 # Past this, addresses page to disk: well under the heap, so a burst cannot exhaust it.
 GLOBAL_MAX_SIZE = "128M"
-# Percent of the disk in use at which producers block; high, so only a really full disk stops
-# a development cluster (the default 90 blocked nothing here but surprises people on laptops).
-MAX_DISK_USAGE = 98
+# Free bytes on the data directory's disk below which a node blocks producers. An absolute floor,
+# not Artemis's percentage (max-disk-usage, default 90): a large disk that is 98.6% full still
+# had 1.4 GB free, yet a percentage limit made every send of a development cluster fail with
+# AMQ229119 (docs/broker-behaviour.md, "A nearly full disk").
+MIN_DISK_FREE = "512MB"
 MAX_FRAME_SIZE = 64 * 1024 * 1024
 # Cluster bridges retry with back-off up to this delay: a restarted node rejoins within seconds.
 MAX_RETRY_INTERVAL_MS = 2000
@@ -149,7 +151,7 @@ class ArtemisFlavor(BrokerFlavor):
                 "broker_name": xml_attr(node.name),
                 "data_dir": xml_attr(store_dir(node, node_dir) / "data"),
                 "global_max_size": GLOBAL_MAX_SIZE,
-                "max_disk_usage": MAX_DISK_USAGE,
+                "min_disk_free": MIN_DISK_FREE,
                 "cluster_user": xml_attr(CLUSTER_USER),
                 "cluster_password": xml_attr(cluster_password(cluster.password)),
                 "peer_port": node.peer_port,
