@@ -152,7 +152,7 @@ def test_cluster_is_configured_as_the_issue_asks(broker: Any) -> None:
                          "<redistribution-delay>1000</redistribution-delay>",
                          "anycastPrefix=/queue/", "<static-connectors>", "<global-max-size>",
                          f"<journal-directory>{cluster.node_dir(node.index)}/data/journal",
-                         "<min-disk-free>512MB</min-disk-free>"):
+                         "<min-disk-free>256MB</min-disk-free>"):
             assert fragment in xml, fragment
         # a percentage limit refused every send on a large disk with 2.1 GB free
         # (docs/broker-behaviour.md, "A nearly full disk")

@@ -31,7 +31,7 @@ GLOBAL_MAX_SIZE = "128M"
 # not Artemis's percentage (max-disk-usage, default 90): a large disk that is 98.6% full still
 # had 1.4 GB free, yet a percentage limit made every send of a development cluster fail with
 # AMQ229119 (docs/broker-behaviour.md, "A nearly full disk").
-MIN_DISK_FREE = "512MB"
+MIN_DISK_FREE = "256MB"
 MAX_FRAME_SIZE = 64 * 1024 * 1024
 # Cluster bridges retry with back-off up to this delay: a restarted node rejoins within seconds.
 MAX_RETRY_INTERVAL_MS = 2000
