@@ -78,11 +78,15 @@ def reader_delta(b: Bench, n: int) -> Figure:
 
 
 def floor_noop(b: Bench, n: int) -> Figure:
-    return read_floor(b, n, READ_MAX_PER_TRIGGER, delta=False)
+    return read_floor(b, n, READ_MAX_PER_TRIGGER, "noop")
 
 
 def floor_delta(b: Bench, n: int) -> Figure:
-    return read_floor(b, n, READ_MAX_PER_TRIGGER, delta=True)
+    return read_floor(b, n, READ_MAX_PER_TRIGGER, "job")
+
+
+def floor_plain_delta(b: Bench, n: int) -> Figure:
+    return read_floor(b, n, READ_MAX_PER_TRIGGER, "delta")
 
 
 @dataclass(frozen=True)
@@ -112,4 +116,6 @@ PAIRS: tuple[Pair, ...] = (
          raw_read, floor_noop),
     Pair("floor-delta", "read: raw stomp.py consumers vs a Python source with no broker into the "
          "Delta sink", "read", raw_read, floor_delta, needs_delta=True),
+    Pair("floor-plain-delta", "read: raw stomp.py consumers vs a Python source with no broker "
+         "into Delta's own sink", "read", raw_read, floor_plain_delta, needs_delta=True),
 )
