@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,6 +104,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         or "spark" in getattr(item, "fixturenames", ()) for item in items
     ):
         os.environ["SPARK_SUBMIT_OPTS"] = _spark_jvm_options(config)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A passing run deletes its ``--basetemp`` (``make test``: ``.cache/pytest``): a whole run
+    leaves 2.9 GB there (broker stores, Delta tables, checkpoints), and machines that keep one
+    checkout per run fill their disk with it. A failing run keeps it for the post-mortem. By
+    now every session fixture has stopped its processes."""
+    basetemp = session.config.getoption("basetemp", None)
+    if exitstatus == 0 and basetemp and Path(basetemp).is_dir():
+        shutil.rmtree(basetemp, ignore_errors=True)
 
 
 FLAVORS_ENV = "CLUSTERMQ_FLAVORS"
