@@ -31,10 +31,7 @@ def read_floor(b: Bench, count: int, max_per_trigger: int, into: FloorSink) -> F
     with b.cpu() as cpu:
         started, started_epoch = time.monotonic(), time.time()
         writer = b.spark.readStream.format(FORMAT).options(**options).load().writeStream
-        if sink:
-            writer = writer.foreachBatch(sink)
-        else:
-            writer = writer.format(into if into == "delta" else "noop")
+        writer = writer.foreachBatch(sink) if sink else writer.format(into)  # "noop" or "delta"
         query = (writer.option("checkpointLocation", str(checkpoint))
                  .trigger(availableNow=True).start(str(table) if into == "delta" else None))
         if sink:
