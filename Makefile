@@ -12,19 +12,23 @@ setup: tools $(STAMP) brokers delta
 tools:
 	@PYTHON=$(PYTHON) bash scripts/ensure_tools.sh
 
-$(STAMP): pyproject.toml
+# pyproject.toml states ranges; conf/constraints.txt pins the versions CI tests. A change to
+# either, or to the version (the installed metadata carries it), re-installs.
+$(STAMP): pyproject.toml conf/constraints.txt connector/clustermq/version.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c conf/constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-# The pinned Delta jars (conf/delta/pom.xml) into .cache/clustermq/delta/: SparkSessions read
-# them from there and never download at start.
+# The pinned Delta jars (clustermq/pipelines/delta_pom.xml) into .cache/clustermq/delta/:
+# SparkSessions read them from there and never download at start.
 delta: $(STAMP)
 	$(BIN)/python -m clustermq.pipelines.delta_jars
 
+# The broker distributions into .cache/clustermq/dist/ (what `clustermq cluster fetch` does for
+# a pip-installed package): `clustermq cluster up` never downloads.
 brokers: $(STAMP)
-	PYTHON=$(BIN)/python bash scripts/fetch_brokers.sh classic artemis
+	$(BIN)/clustermq cluster fetch --flavor classic --flavor artemis
 
 # Style and types first: a minute of lint before twenty of brokers and Spark.
 lint: $(STAMP)
@@ -34,8 +38,10 @@ lint: $(STAMP)
 test: setup lint
 	$(BIN)/python -m pytest -q --tb=short --durations=30 --basetemp=.cache/pytest
 
+# Every test that needs no broker and no Spark, chosen by marker (tests/conftest.py marks a test
+# by the processes its fixtures start): seconds, run them often.
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/test_units.py tests/test_writer_units.py tests/test_pipelines_units.py tests/test_amqp_units.py tests/test_readme.py tests/test_layout.py
+	$(BIN)/python -m pytest -q -m "not cluster and not spark" -p no:cacheprovider
 
 # Both flavors, every comparison as 3 alternating baseline/candidate runs: 0.3 of the full sizes
 # (60,000 messages per run, 300,000 for memory) took 13.1 min on 2 cores shared with other work

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from spark_standalone import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What a deployment would configure for the jobs the tests start as plain ``python
-#: spark_jobs/<job>.py`` (the jobs themselves set none of it): a local master sized for 2 cores,
+#: What a deployment would configure for the jobs the tests start as plain ``python -m
+#: clustermq.jobs.<job>`` or ``python spark_jobs/<job>.py`` (the jobs themselves set none of it): a local master sized for 2 cores,
 #: no UI, WARN. Plain ``python`` hands PYSPARK_SUBMIT_ARGS to the spark-submit it launches, as a
 #: user's environment would. (Not a spark-defaults.conf: SPARK_CONF_DIR goes on the JVM's class
 #: path, and a non-empty directory there stops the JDK from writing the suite's CDS archive.)
@@ -85,11 +85,29 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+#: Fixtures that start real processes, and the marker a test using one (directly or through
+#: another fixture) gets. ``make unit`` selects ``-m "not cluster and not spark"``: a test that
+#: needs a broker or Spark cannot slip into the fast run by forgetting its marker.
+PROCESS_FIXTURES = {
+    "cluster": "cluster", "broker": "cluster", "tls_cluster": "cluster", "standalone": "spark",
+    "spark": "spark",
+}
+
+
+def _mark_by_fixtures(item: pytest.Item) -> None:
+    for fixture in getattr(item, "fixturenames", ()):
+        marker = PROCESS_FIXTURES.get(fixture)
+        if marker is not None and item.get_closest_marker(marker) is None:
+            item.add_marker(marker)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Drop the flavor variants a ``@pytest.mark.flavors(...)`` test does not apply to."""
+    """Mark tests by the processes their fixtures start; drop the flavor variants a
+    ``@pytest.mark.flavors(...)`` test does not apply to."""
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
+        _mark_by_fixtures(item)
         marker = item.get_closest_marker("flavors")
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
@@ -104,6 +122,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         or "spark" in getattr(item, "fixturenames", ()) for item in items
     ):
         os.environ["SPARK_SUBMIT_OPTS"] = _spark_jvm_options(config)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    """A failing run ends with what a reader needs first: the failed tests, and where the
+    broker logs and the kept ``--basetemp`` are (each test's own output is in its report
+    above). A long run's failures otherwise sit hundreds of lines up."""
+    failed = [r for key in ("failed", "error") for r in terminalreporter.stats.get(key, ())]
+    if not failed:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("clustermq: what failed and where its logs are", sep="=")
+    for report in failed:
+        write(f"  {report.when:8} {report.nodeid}  ({report.duration:.0f} s)")
+    basetemp = terminalreporter.config.getoption("basetemp", None)
+    if basetemp and Path(basetemp).is_dir():
+        clusters = sorted({log.parent.parent for log in Path(basetemp).glob("**/node*/broker.log")})
+        write(f"kept for the post-mortem: {Path(basetemp).resolve()}")
+        for cluster_dir in clusters:
+            write(f"  broker logs: {cluster_dir}/node*/broker.log")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

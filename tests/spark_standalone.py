@@ -90,7 +90,9 @@ def _wait(condition: Any, timeout: float, what: str, cluster_logs: list[Path]) -
         try:
             if condition():
                 return
-        except OSError:
+        # not up yet: the port refuses, or the master's status page answers an empty body
+        # while it starts (json's ValueError)
+        except (OSError, ValueError):
             pass
         time.sleep(0.3)
     tails = "\n".join(p.read_text(errors="replace")[-3000:] for p in cluster_logs if p.exists())

@@ -14,9 +14,10 @@ Broker facts these tests rest on (measured on Classic 5.18.3 and Artemis 2.40.0 
   the brokers do refuse: Classic a header line over 10,240 bytes ("The maximum header length
   was exceeded"), so a name of about 10 kB; Artemis an empty name (``AMQ229216 Invalid queue
   name``); Classic closes the connection on an empty name without an ERROR.
-* Classic's STOMP transport refuses a frame over ``transport.maxFrameSize`` (64 MiB in
-  ``conf/classic``) as soon as it reads the ``content-length`` header: ERROR "The maximum frame
-  size was exceeded", then it closes the connection. Artemis's ``stompMaxFramePayloadLength``
+* Classic's STOMP transport refuses a frame over ``transport.maxFrameSize`` (64 MiB in the
+  local cluster's templates, ``clustermq/devtools/localcluster/templates/classic``) as soon as it reads the
+  ``content-length`` header: ERROR "The maximum frame size was exceeded", then it closes the
+  connection. Artemis's ``stompMaxFramePayloadLength``
   applies to STOMP over WebSockets only: over TCP it accepted 64 MiB + 4 KiB and delivered it
   to a consumer whose window was 64 KiB; 160 MiB failed after 68 s with ERROR
   "java.lang.reflect.InvocationTargetException" (512 MiB heap).
@@ -28,7 +29,6 @@ Broker facts these tests rest on (measured on Classic 5.18.3 and Artemis 2.40.0 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import random
 import uuid
@@ -43,7 +43,8 @@ from pyspark.sql import functions as F
 from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import resolve_dialect
 from clustermq.broker.queue_names import MAX_QUEUE_NAME_BYTES
-from clustermq.options import WriteOptions
+from clustermq.errors import NodeUnavailable
+from clustermq.options import WriteOptions, parse_connection_options
 from clustermq.write.layout import InputLayout
 from clustermq.write.publisher import MessageRefused
 from clustermq.write.task import TaskIdentity, write_task
@@ -53,7 +54,8 @@ from test_reader_faults import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[1]
-#: conf/classic's transport.maxFrameSize (clustermq.devtools.localcluster.classic.MAX_FRAME_SIZE)
+#: transport.maxFrameSize of the local cluster's Classic templates
+#: (clustermq.devtools.localcluster.classic.MAX_FRAME_SIZE)
 CLASSIC_MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -111,6 +113,45 @@ def test_writer_with_wrong_password_names_every_node_and_publishes_nothing(
     assert all(n.name in text for n in broker.cluster.nodes()), text[:2000]
     assert "wrong-pw-never-shown" not in text
     assert dict(broker.depths(queue)) == zero(broker)
+
+
+def test_an_unreachable_cluster_names_each_node_and_why_login_and_tls(broker: Any) -> None:
+    """The kinds only a live broker can show (tests/test_errors.py has refused, DNS and timeout
+    with real sockets): a wrong password is ``[login]`` on every node, at the reader's start,
+    the batch read and the write, and never shows the password; ``stomp+ssl://`` to a plain
+    STOMP port is ``[TLS]`` (the broker does not answer the ClientHello as TLS)."""
+    from clustermq.errors import LOGIN, TLS, NoNodeReachable
+    from clustermq.options import ReadOptions
+    from clustermq.read.browse import ClusterMQBatchReader
+    from clustermq.read.consumer import ClusterConsumer
+    from clustermq.write.spark import ClusterMQBatchWriter
+
+    password = "wrong-pw-never-shown"
+    given = {**broker.reader_options(new_queue("unreach")), "password": password, "connectTimeout": "5000"}
+    options = {k.lower(): v for k, v in given.items()}  # as Spark hands them to the source
+    names = [n.name for n in broker.cluster.nodes()]
+    consumer = ClusterConsumer(ReadOptions.parse(options))
+    try:
+        with pytest.raises(NoNodeReachable) as start:
+            consumer.start()
+    finally:
+        consumer.stop()
+    with pytest.raises(NoNodeReachable) as browse:
+        ClusterMQBatchReader(ReadOptions.parse(options)).partitions()
+    with pytest.raises(NoNodeReachable) as write:
+        ClusterMQBatchWriter(WriteOptions.parse(options), InputLayout(body="body", body_is_text=True))
+    for err in (start.value, browse.value, write.value):
+        text = str(err)
+        assert all(f"broker node {name}: [login] login failed: " in text for name in names), text
+        assert {f.kind for f in err.failures} == {LOGIN} and password not in text
+
+    node = broker.cluster.nodes()[0]
+    tls = parse_connection_options({**options, "password": broker.login["password"],
+                                    "brokers": f"stomp+ssl://{node.name}", "connecttimeout": "3000"})
+    with pytest.raises(NodeUnavailable) as err:
+        open_connection(tls.nodes[0], tls)
+    assert err.value.kind == TLS, err.value
+    assert "stomp://" in str(err.value), err.value
 
 
 # ----------------------------------------------------------------------------- queue names
@@ -342,12 +383,10 @@ def test_header_values_outside_the_bmp_round_trip_or_are_refused_naming_the_row(
 
 # ----------------------------------------------------------------------------- poison
 def queue_to_delta_job() -> Any:
-    """spark_jobs/queue_to_delta.py as a module: the test runs the job's own flag parsing."""
-    spec = importlib.util.spec_from_file_location("queue_to_delta_job", ROOT / "spark_jobs" / "queue_to_delta.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The queue_to_delta job's module: the test runs the job's own flag parsing."""
+    import clustermq.jobs.queue_to_delta as job
+
+    return job
 
 
 POISON = [
@@ -368,8 +407,8 @@ def test_poison_messages_are_kept_in_corrupt_never_dropped(
     """queue_to_delta --parse json: good and poison messages in; one row per message out,
     poison rows with ``_corrupt`` set and parsed columns null, counted; the queue ends empty."""
     from clustermq.pipelines.delta_sink import BatchReport
+    from clustermq.pipelines.delta_stream import start_queue_to_delta
     from clustermq.pipelines.jobs import reader_options
-    from clustermq.pipelines.queue_to_delta import start_queue_to_delta
     from clustermq.pipelines.streaming import run_until_done
 
     queue, good = new_queue("qpoison"), 30

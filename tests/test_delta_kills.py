@@ -22,7 +22,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from test_pipelines import batch_files, finish, job_env, start_job, tail
+from test_pipelines import batch_files, finish, job_command, job_env, start_job, tail
 from test_reader_faults import RESTART_IDLE_OPTION, kill_group, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -59,7 +59,7 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     for kill in range(KILLS):
         before = len(batch_files(checkpoint, "commits"))
         offset = log.stat().st_size if log.exists() else 0
-        proc = start_job("queue_to_delta.py",
+        proc = start_job(job_command("queue_to_delta"),
                          [*base, "--trigger", "processingTime=200 milliseconds",
                           "--max-messages-per-trigger", str(BATCH)], env, log)
         try:
@@ -85,7 +85,7 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
 
     kills_s = time.monotonic() - started - produced_s
     drain = [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "20000"]
-    proc = start_job("queue_to_delta.py", drain, env, log)
+    proc = start_job(job_command("queue_to_delta"), drain, env, log)
     assert finish(proc, 600, log) == 0, f"seed {seed}:\n{tail(log)}"
     if broker.flavor == "artemis":
         # At most one message stranded by the broker per killed connection, still counted;
@@ -96,7 +96,7 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
         if stranded:
             print(f"\n[{broker.flavor}] seed {seed}: {stranded} stranded by the broker after the "
                   f"drain; node restarted, drained again")
-            proc = start_job("queue_to_delta.py", drain, env, log)
+            proc = start_job(job_command("queue_to_delta"), drain, env, log)
             assert finish(proc, 600, log) == 0, f"seed {seed}:\n{tail(log)}"
 
     rows = spark.read.format("delta").load(str(table))

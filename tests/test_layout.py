@@ -23,14 +23,17 @@ PACKAGE = ROOT / "connector" / "clustermq"
 MAX_MODULE_LINES = 350
 
 #: Layer of each top-level part of the package, low to high. A module imports only from its own
-#: part or a lower layer; parts of the same layer never import each other.
+#: part or a lower layer; parts of the same layer never import each other. ``errors`` is the
+#: bottom: every part raises its errors.
 LAYERS: dict[str, int] = {
-    "errors": 0, "paths": 0, "groups": 0, "logs": 0,
-    "broker": 1,
-    "options": 2,
-    "read": 3, "write": 3,
-    "source": 4, "pipelines": 4, "__init__": 4,
-    "devtools": 5,
+    "errors": 0, "version": 0,
+    "paths": 1, "groups": 1, "logs": 1,
+    "broker": 2,
+    "options": 3,
+    "read": 4, "write": 4,
+    "source": 5, "pipelines": 5, "__init__": 5,
+    "jobs": 6,
+    "devtools": 7,
 }
 
 

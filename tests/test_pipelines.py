@@ -1,7 +1,8 @@
-"""The jobs of spark_jobs/ against the live cluster, with exact counts.
+"""The jobs (clustermq.jobs) against the live cluster, with exact counts.
 
-Every job runs as its own process (as users run it), in its own process group, so a test can
-SIGKILL the driver together with its Spark JVM, and always stops it by pid when it fails.
+Every job runs as its own process (``python -m clustermq.jobs.<job>``, as users run it), in its
+own process group, so a test can SIGKILL the driver together with its Spark JVM, and always
+stops it by pid when it fails.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from test_reader_faults import (
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = ROOT / "spark_jobs"
+#: The queue_to_delta job with a SIGKILL right after the Delta commit of batch N (with rows).
+KILLED_DRIVER = ROOT / "tests" / "drivers" / "queue_to_delta_killed.py"
+#: How the batch read's refusals point to the drain export (the job by module or by file).
+DRAIN_HINT = r"export_backlog(\.py)? --mode drain"
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -44,10 +48,21 @@ def job_env(broker, **extra: str) -> dict[str, str]:
                 PYTHONUNBUFFERED="1", **extra)
 
 
-def start_job(script: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def job_command(job: str) -> list[str]:
+    """How a user starts job ``job`` (``queue_to_delta``, ...)."""
+    return [sys.executable, "-m", f"clustermq.jobs.{job}"]
+
+
+def killed_after_batch(batch: int) -> list[str]:
+    """queue_to_delta, SIGKILLed right after the Delta commit of its ``batch``-th batch with
+    rows (from 0), before Spark's commit log (tests/drivers/queue_to_delta_killed.py)."""
+    return [sys.executable, str(KILLED_DRIVER), "--kill-after-batch", str(batch)]
+
+
+def start_job(command: list[str], args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     """A job in its own process group (driver + Spark JVM), output appended to ``log``."""
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, str(JOBS / script), *args], env=env,
+        return subprocess.Popen([*command, *args], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -104,10 +119,10 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
     # Run 1: killed (whole process group, SIGKILL) right after the Delta commit of its second
     # batch with rows. Spark plans an empty batch 0 when nothing was dispatched yet at the start
     # (a Classic queue waits timeBeforeDispatchStarts): the fault counts batches with rows only.
-    proc = start_job("queue_to_delta.py",
+    proc = start_job(killed_after_batch(1),
                      [*base, "--trigger", "processingTime=200 milliseconds",
                       "--max-messages-per-trigger", "400"],
-                     job_env(broker, CLUSTERMQ_FAULT_KILL_AFTER_BATCH="1"), log)
+                     job_env(broker), log)
     assert finish(proc, 180, log) == -signal.SIGKILL, tail(log)
     offsets, commits = batch_files(checkpoint, "offsets"), batch_files(checkpoint, "commits")
     killed = max(offsets)
@@ -131,7 +146,7 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
         connector_lines(tail(log, 10**6), 20)
 
     # Run 2: restart from the checkpoint and drain (Trigger.AvailableNow).
-    proc = start_job("queue_to_delta.py",
+    proc = start_job(job_command("queue_to_delta"),
                      [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "6000"],
                      job_env(broker), log)
     assert finish(proc, 240, log) == 0, tail(log)
@@ -152,7 +167,7 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
             assert all(n == 1 for n in stranded.values()), stranded
             print(f"[{broker.flavor}] {stranded} stranded by the broker after the restarted run; "
                   "node restarted, drained again")
-            proc = start_job("queue_to_delta.py",
+            proc = start_job(job_command("queue_to_delta"),
                              [*base, "--trigger", "availableNow", "--max-messages-per-trigger", "6000"],
                              job_env(broker), log)
             assert finish(proc, 240, log) == 0, tail(log)
@@ -285,15 +300,10 @@ def test_an_append_writes_few_files_whatever_the_shuffle_partitions(
 
 # ----------------------------------------------------------------------------- batch read, export, publish
 def job_module(name: str):  # type: ignore[no-untyped-def]
-    """A spark_jobs/ script as a module, to call its ``run(spark, args)`` in this process."""
-    import importlib.util
+    """A job's module, to call its ``run(spark, args)`` in this process."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(f"clustermq_job_{name}", JOBS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"clustermq.jobs.{name}")
 
 
 @pytest.fixture
@@ -311,7 +321,7 @@ def test_browse_returns_every_message_and_leaves_every_queue_unchanged(
     per_node = broker.produce(queue, 3000, groups=20)
     reader = dspark.read.format("clustermq").options(**broker.reader_options(queue))
     if broker.flavor != "classic":
-        with pytest.raises(Exception, match="export_backlog.py --mode drain"):
+        with pytest.raises(Exception, match=DRAIN_HINT):
             reader.load().count()
         assert broker.depths(queue) == per_node
         return
@@ -331,14 +341,15 @@ def test_browse_returns_every_message_and_leaves_every_queue_unchanged(
 def test_browse_cut_short_by_the_broker_fails_and_points_to_the_drain_export(
     dspark: SparkSession, broker
 ) -> None:
-    # conf/classic keeps Classic's default maxBrowsePageSize (400) for clustermq.browse400.>
+    # the local cluster's Classic templates keep Classic's default maxBrowsePageSize (400) for
+    # clustermq.browse400.>
     queue = f"clustermq.browse400.{uuid.uuid4().hex[:8]}"
     per_node = broker.produce(queue, 1500)  # 500 per node
     with pytest.raises(Exception) as failure:
         dspark.read.format("clustermq").options(**broker.reader_options(queue)).load().count()
     text = str(failure.value)
     assert "returned 400 messages but the queue holds 500" in text, text[-2000:]
-    assert "maxBrowsePageSize" in text and "export_backlog.py --mode drain" in text
+    assert "maxBrowsePageSize" in text and re.search(DRAIN_HINT, text)
     assert broker.depths(queue) == per_node
 
 
@@ -429,3 +440,60 @@ def test_an_id_header_catches_copies_with_a_new_message_id(dspark: SparkSession,
     writer(moved, 1)
     assert writer.totals.reports[1].already_in_table == 10
     assert sorted(loadgen_ids(dspark.read.format("delta").load(path))) == list(range(60))
+
+
+# ----------------------------------------------------------------------------- how jobs fail
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("job", ["queue_to_parquet", "export_backlog"])
+def test_a_job_against_an_unreachable_cluster_fails_in_one_line_naming_the_node(
+    job: str, tmp_path: Path
+) -> None:
+    """The reader's error, raised where Spark runs Python (the streaming source's runner, the
+    batch read's planner), reaches the operator as one line naming the node, exit 1, and no
+    traceback: neither the job's own nor the one Spark would log for the failed query or
+    write."""
+    node = f"127.0.0.1:{closed_port()}"
+    args = {
+        "queue_to_parquet": ["--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "cp"),
+                             "--trigger", "availableNow"],
+        "export_backlog": ["--out", str(tmp_path / "out"), "--format", "parquet"],
+    }[job]
+    env = dict(os.environ, CLUSTERMQ_USERNAME="app", CLUSTERMQ_PASSWORD="not-the-real-one")
+    env.pop("CLUSTERMQ_LOG_LEVEL", None)
+    done = subprocess.run([*job_command(job), "--brokers", node, "--queue", "q", *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith(f"{job}: error: ")]
+    assert done.returncode == 1, done.stderr[-4000:]
+    assert len(errors) == 1 and node in errors[0] and "NoNodeReachable" in errors[0], done.stderr[-4000:]
+    assert "Traceback" not in done.stderr and "\tat org.apache" not in done.stderr, done.stderr[-4000:]
+    assert "not-the-real-one" not in done.stdout + done.stderr
+
+
+def test_export_backlog_to_parquet_needs_no_delta(broker, tmp_path: Path) -> None:
+    """``--format parquet`` starts a plain session: with no way to get Delta (no delta-spark, an
+    empty jar cache) the drain export still runs, and leaves every message once and the queue
+    empty."""
+    import pyarrow.parquet as pq
+
+    queue = f"test.export.parquet.{uuid.uuid4().hex[:8]}"
+    broker.produce(queue, 500)
+    out = tmp_path / "out"
+    env = job_env(broker, CLUSTERMQ_CACHE=str(tmp_path / "empty-cache"))
+    done = subprocess.run(
+        [*job_command("export_backlog"), "--brokers", broker.cluster.brokers, "--queue", queue,
+         "--mode", "drain", "--format", "parquet", "--out", str(out),
+         "--checkpoint", str(tmp_path / "cp"), "--max-messages-per-trigger", "200"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "exported 500 messages (drain, backlog at start 500)" in done.stdout, done.stdout[-3000:]
+    headers = pq.read_table(out, columns=["headers"]).column("headers").to_pylist()
+    assert sorted(int(dict(h)["loadgen_id"]) for h in headers) == list(range(500))
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}

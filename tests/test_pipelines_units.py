@@ -85,7 +85,7 @@ def test_batch_read_refuses_drain_and_artemis_before_any_task() -> None:
     from clustermq.read.browse import check_browse_mode
 
     base = {"brokers": "127.0.0.1:1", "queue": "q"}
-    with pytest.raises(OptionError, match="export_backlog.py --mode drain"):
+    with pytest.raises(OptionError, match=r"export_backlog(\.py)? --mode drain"):
         check_browse_mode(ReadOptions.parse({**base, "mode": "drain"}))
     with pytest.raises(OptionError, match="Artemis cannot browse"):
         check_browse_mode(ReadOptions.parse({**base, "flavor": "artemis"}))
@@ -93,14 +93,10 @@ def test_batch_read_refuses_drain_and_artemis_before_any_task() -> None:
 
 
 def queue_to_delta_job():  # type: ignore[no-untyped-def]
-    """spark_jobs/queue_to_delta.py as a module (its flag parsing needs no Spark)."""
-    import importlib.util
+    """The queue_to_delta job's module (its flag parsing needs no Spark)."""
+    from clustermq.jobs import queue_to_delta
 
-    spec = importlib.util.spec_from_file_location("queue_to_delta_job", ROOT / "spark_jobs" / "queue_to_delta.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return queue_to_delta
 
 
 REQUIRED_FLAGS = ["--brokers", "h:1", "--queue", "q", "--table", "t", "--checkpoint", "c"]
@@ -134,13 +130,17 @@ def test_an_unknown_parse_format_in_the_config_file_is_refused(tmp_path: Path) -
         queue_to_delta_job().parse_args(REQUIRED_FLAGS + ["--config", str(conf)])
 
 
-def test_the_job_help_documents_the_parse_and_the_corrupt_column() -> None:
+@pytest.mark.parametrize("how", ["module", "entry file"])
+def test_the_job_help_documents_the_parse_and_the_corrupt_column(how: str) -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, str(ROOT / "spark_jobs" / "queue_to_delta.py"), "--help"],
+    command = (["-m", "clustermq.jobs.queue_to_delta"] if how == "module"
+               else [str(ROOT / "spark_jobs" / "queue_to_delta.py")])
+    out = subprocess.run([sys.executable, *command, "--help"],
                          capture_output=True, text=True, check=True, timeout=60).stdout
     assert "--parse {json}" in out and "--schema DDL" in out and "_corrupt" in out
+    assert "python -m clustermq.jobs.queue_to_delta" in out and "spark_jobs/queue_to_delta.py" in out
 
 
 @pytest.mark.parametrize(
@@ -164,8 +164,10 @@ def test_queue_names_brokers_would_misroute_are_refused(name: str, fragment: str
 
 # ----------------------------------------------------------------------------- job sessions
 def test_delta_release_is_pinned_once_in_three_places() -> None:
-    """The Maven package in the routes, the offline cache's pom and the `delta` extra agree."""
+    """The Maven package in the routes, the offline cache's pom, the CI constraints agree, and
+    the `delta` extra's range admits that release."""
     import tomllib
+    from packaging.requirements import Requirement
 
     from clustermq.pipelines.delta_jars import pinned_artifact
     from clustermq.pipelines.delta_session import DELTA_MAVEN_PACKAGE
@@ -173,7 +175,10 @@ def test_delta_release_is_pinned_once_in_three_places() -> None:
     artifact, version = pinned_artifact()
     assert DELTA_MAVEN_PACKAGE == f"io.delta:{artifact}:{version}"
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert extras["delta"] == [f"delta-spark=={version}"]
+    (extra,) = [Requirement(r) for r in extras["delta"]]
+    assert extra.name == "delta-spark" and version in extra.specifier, extra
+    constraints = (ROOT / "conf" / "constraints.txt").read_text().splitlines()
+    assert f"delta-spark=={version}" in constraints
 
 
 @pytest.mark.parametrize(
@@ -239,3 +244,222 @@ def test_delta_counts_as_configured_only_when_its_jars_are_given(
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", args)
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert user_configured_delta() is configured
+
+
+# ----------------------------------------------------------------------------- job failures
+JOBS = ("queue_to_delta", "export_backlog", "publish_table", "queue_to_parquet")
+#: Each job's required flags, none of which needs Spark to be checked.
+JOB_FLAGS = {
+    "queue_to_delta": REQUIRED_FLAGS,
+    "export_backlog": ["--brokers", "h:1", "--queue", "q", "--out", "o"],
+    "publish_table": ["--brokers", "h:1", "--queue", "q", "--input", "i", "--body-json"],
+    "queue_to_parquet": ["--brokers", "h:1", "--queue", "q", "--out", "o", "--checkpoint", "c"],
+}
+
+#: What pyspark's StreamingQueryException says when the reader, in the Python process Spark
+#: runs the source in, found no node (abridged from a real run: the Java stack is longer).
+STREAM_FAILED = """\
+[STREAM_FAILED] Query [id = 5da42afe, runId = fec7bc81] terminated with exception: \
+[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform \
+prepareForTriggerAvailableNow: Traceback (most recent call last):
+  File "/venv/pyspark.zip/pyspark/sql/streaming/python_streaming_source_runner.py", line 279, in main
+  File "/work/connector/clustermq/read/consumer.py", line 92, in start
+    raise NoNodeReachable("clustermq: no broker node is reachable: " + "; ".join(errors))
+clustermq.errors.NoNodeReachable: clustermq: no broker node is reachable: broker node 127.0.0.1:1: \
+cannot connect (ConnectFailedException)
+ SQLSTATE: 38000
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.pythonStreamingDataSourceRuntimeError(QueryExecutionErrors.scala:1881)
+\tat org.apache.spark.sql.execution.streaming.runtime.StreamExecution$$anon$1.run(StreamExecution.scala:236)
+"""
+
+
+class SparkTextError(Exception):
+    """Stands in for pyspark's captured exceptions: all a job sees of them is their text."""
+
+
+def test_a_connector_error_inside_a_streaming_failure_is_one_line_naming_the_node() -> None:
+    from clustermq.jobs.runner import EXIT_FAILURE, describe_failure
+
+    failure = describe_failure(SparkTextError(STREAM_FAILED))
+    assert failure.exit_code == EXIT_FAILURE
+    assert failure.cause == ("NoNodeReachable: no broker node is reachable: broker node "
+                             "127.0.0.1:1: cannot connect (ConnectFailedException)")
+
+
+def test_a_bad_option_inside_spark_is_a_setting_error() -> None:
+    from clustermq.jobs.runner import EXIT_SETTING, describe_failure
+
+    text = ("An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
+            '  File "x.py", line 1, in f\nclustermq.errors.OptionError: option '
+            "'prefetchPerNode': 'abc' is not a whole number\n\n\tat org.apache.spark.X(X.scala:1)")
+    failure = describe_failure(SparkTextError(text))
+    assert failure == type(failure)(EXIT_SETTING, "option 'prefetchPerNode': 'abc' is not a whole number")
+
+
+@pytest.mark.parametrize(
+    "error, code, cause",
+    [
+        (JobConfigError("--queue is required"), 2, "--queue is required"),
+        ("node_unavailable", 1, "NodeUnavailable: broker node h:1: login refused"),
+        (SparkTextError("Traceback (most recent call last):\n  File \"a.py\", line 1\n"
+                        "    x()\nbuiltins.ValueError: not a queue\n"), 1, "ValueError: not a queue"),
+        (SparkTextError("[PATH_NOT_FOUND] Path does not exist: file:/lake/t. SQLSTATE: 42K03\n"
+                        "\tat org.apache.spark.X"), 1,
+         "SparkTextError: [PATH_NOT_FOUND] Path does not exist: file:/lake/t."),
+    ],
+)
+def test_every_failure_becomes_one_line_and_an_exit_code(error: object, code: int, cause: str) -> None:
+    from clustermq.errors import NodeUnavailable
+    from clustermq.jobs.runner import describe_failure
+
+    class Named:
+        name = "h:1"
+
+    if error == "node_unavailable":
+        error = NodeUnavailable(Named(), "login refused")
+    assert isinstance(error, Exception)
+    failure = describe_failure(error)
+    assert (failure.exit_code, failure.cause) == (code, cause)
+    assert "\n" not in failure.cause
+
+
+def test_a_failure_line_never_shows_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clustermq.jobs.runner import describe_failure
+
+    monkeypatch.setenv("CLUSTERMQ_PASSWORD", "s3cret")
+    cause = describe_failure(SparkTextError("options {password=s3cret}")).cause
+    assert "s3cret" not in cause and "***" in cause
+    monkeypatch.setenv("CLUSTERMQ_PASSWORD", "p")  # a short one leaves other words alone
+    cause = describe_failure(SparkTextError("option 'prefetch': p")).cause
+    assert cause == "SparkTextError: option 'prefetch': ***"
+
+
+@pytest.mark.parametrize("level, traceback_shown", [("INFO", False), ("DEBUG", True)])
+def test_run_job_prints_one_line_and_the_traceback_only_at_debug(
+    level: str, traceback_shown: bool, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clustermq.jobs.runner import run_job
+
+    monkeypatch.setenv("CLUSTERMQ_LOG_LEVEL", level)
+
+    def failing() -> int:
+        raise SparkTextError(STREAM_FAILED)
+
+    assert run_job("queue_to_parquet", failing) == 1
+    err = capsys.readouterr().err
+    assert ("Traceback (most recent call last)" in err) is traceback_shown
+    lines = [line for line in err.splitlines() if line.startswith("queue_to_parquet: error: ")]
+    assert len(lines) == 1 and "127.0.0.1:1" in lines[0], err
+    if not traceback_shown:
+        assert err.splitlines() == lines
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_a_bad_flag_is_one_line_and_exit_2_and_help_is_exit_0(
+    job: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    main = importlib.import_module(f"clustermq.jobs.{job}").main
+    assert main([*JOB_FLAGS[job], "--no-such-flag"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"{job}: error: unrecognized arguments: --no-such-flag"]
+    assert main(["--help"]) == 0
+    assert f"python -m clustermq.jobs.{job}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("item", ["password=s3cret", "Username=app", " password =s3cret"])
+def test_every_job_refuses_credentials_in_option_flags(
+    job: str, item: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    main = importlib.import_module(f"clustermq.jobs.{job}").main
+    assert main([*JOB_FLAGS[job], "--option", item]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"{job}: error: --option: ")
+    assert "CLUSTERMQ_USERNAME" in err and "CLUSTERMQ_PASSWORD" in err and "s3cret" not in err
+
+
+def test_credentials_in_the_config_files_reader_options_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clustermq.jobs import queue_to_delta
+
+    conf = write(tmp_path / "j.conf", "[reader_options]\nPassword = s3cret\n")
+    assert queue_to_delta.main([*REQUIRED_FLAGS, "--config", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert "[reader_options]: 'Password' is not accepted here" in err and "CLUSTERMQ_PASSWORD" in err
+    assert "s3cret" not in err
+
+
+def test_a_header_may_be_called_like_a_credential() -> None:
+    from clustermq.jobs import publish_table
+
+    args = publish_table.parse_args([*JOB_FLAGS["publish_table"], "--header", "username=user_col"])
+    assert args.headers == {"username": "user_col"}
+
+
+@pytest.mark.parametrize(
+    "config, flags, fragment",
+    [
+        ("max_messages_per_trigger = abc", [],
+         "--max-messages-per-trigger (key 'max_messages_per_trigger' in {conf}): 'abc' is not a whole number"),
+        ("max_messages_per_trigger = 0", [],
+         "--max-messages-per-trigger (key 'max_messages_per_trigger' in {conf}): 0 is below 1"),
+        ("max_messages_per_trigger = abc", ["--max-messages-per-trigger", "x1"],
+         "--max-messages-per-trigger: 'x1' is not a whole number"),
+        ("trigger = soon", [],
+         "--trigger (key 'trigger' in {conf}): 'soon' is not availableNow or processingTime=<interval>"),
+        ("dedupe = some", [], "--dedupe (key 'dedupe' in {conf}): 'some' is not one of"),
+    ],
+)
+def test_a_bad_value_in_the_config_file_names_the_flag_and_the_key(
+    config: str, flags: list[str], fragment: str, tmp_path: Path
+) -> None:
+    conf = write(tmp_path / "j.conf", f"[queue_to_delta]\n{config}\n")
+    with pytest.raises(JobConfigError) as failure:
+        queue_to_delta_job().parse_args([*REQUIRED_FLAGS, "--config", str(conf), *flags])
+    assert fragment.format(conf=conf) in str(failure.value)
+
+
+def test_a_config_file_that_is_not_ini_is_a_setting_error(tmp_path: Path) -> None:
+    conf = write(tmp_path / "j.conf", "trigger = availableNow\n")
+    with pytest.raises(JobConfigError, match=f"--config: {conf} is not an INI file"):
+        load_config(str(conf), "queue_to_delta")
+
+
+@pytest.mark.parametrize("job", ["export_backlog", "queue_to_parquet"])
+@pytest.mark.parametrize("value, problem", [("abc", "'abc' is not a whole number"), ("0", "0 is below 1")])
+def test_a_bad_count_flag_names_the_flag(
+    job: str, value: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    main = importlib.import_module(f"clustermq.jobs.{job}").main
+    assert main([*JOB_FLAGS[job], "--max-messages-per-trigger", value]) == 2
+    assert capsys.readouterr().err == (f"{job}: error: argument --max-messages-per-trigger: "
+                                       f"{problem}\n")
+
+
+def test_queue_to_parquet_checks_its_trigger_before_spark() -> None:
+    from clustermq.jobs import queue_to_parquet
+
+    with pytest.raises(JobConfigError, match="--trigger: 'soon' is not availableNow"):
+        queue_to_parquet.parse_args([*JOB_FLAGS["queue_to_parquet"], "--trigger", "soon"])
+
+
+@pytest.mark.parametrize(
+    "brokers, nodes",
+    [
+        ("a:1,b:2,c:3", 3),
+        ("masterslave:(a:1,b:2)", 1),
+        ("masterslave:(a:1,b:2),masterslave:(c:3,d:4),e:5", 3),
+    ],
+)
+def test_export_backlog_counts_a_failover_pair_as_one_node(brokers: str, nodes: int) -> None:
+    from clustermq.jobs.export_backlog import node_count
+
+    assert node_count({"brokers": brokers, "queue": "q"}) == nodes

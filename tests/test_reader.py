@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 #: What a failed Classic network bridge can send a second time: the messages it had in flight,
 #: at most its prefetch (a networkConnector's ``prefetchSize``, 1000 by default, which
-#: conf/classic/network-connector.xml.tmpl leaves). Artemis's cluster bridges re-send with
-#: duplicate detection (``use-duplicate-detection`` in conf/artemis/cluster-connection.xml.tmpl),
+#: the local cluster's templates/classic/network-connector.xml.tmpl leaves). Artemis's cluster
+#: bridges re-send with duplicate detection (``use-duplicate-detection`` in
+#: templates/artemis/cluster-connection.xml.tmpl, both under clustermq/devtools/localcluster/),
 #: and nothing else in the competing-consumer test gives a delivered message back: no copy there.
 BRIDGE_COPIES = {"classic": 1000, "artemis": 0}
 

@@ -83,7 +83,7 @@ def connector_lines(text: str, last: int) -> str:
 
 
 def dead_letters(broker) -> str:
-    """The dead-letter queue of the local clusters (conf/classic, conf/artemis)."""
+    """The dead-letter queue of the local clusters (the templates in clustermq/devtools/localcluster/templates/)."""
     return "ActiveMQ.DLQ" if broker.flavor == "classic" else "DLQ"
 
 

@@ -239,6 +239,33 @@ def test_wrong_ca_and_wrong_host_name_fail_clearly(tls_cluster: LocalCluster, ot
     assert all("certificate failed verification" in e for e in depths.errors.values()), depths.errors
 
 
+def test_each_tls_failure_is_classified_tls_and_a_wrong_password_login(
+    tls_cluster: LocalCluster, other_ca: str
+) -> None:
+    """What the error's kind says on a TLS cluster: a wrong CA and a plain-text connection to
+    the TLS port are ``[TLS]`` (the latter says to write ``stomp+ssl://``), a refused password
+    over TLS is ``[login]``; no message shows the password."""
+    from clustermq.errors import LOGIN, TLS
+
+    node = tls_cluster.nodes()[0]
+    wrong_ca = parse_connection_options(lowered(options(tls_cluster, "q", sslCaFile=other_ca, connectTimeout="5000")))
+    plain_opts = {**options(tls_cluster, "q", connectTimeout="5000"), "brokers": f"{node.host}:{node.port}"}
+    del plain_opts["sslCaFile"]
+    plain = parse_connection_options(lowered(plain_opts))
+    wrong_pw = parse_connection_options(lowered(options(tls_cluster, "q", password="wrong-" + PASSWORD,
+                                                        connectTimeout="20000")))
+    found = {}
+    for name, conn in (("wrong CA", wrong_ca), ("plain text", plain), ("wrong password", wrong_pw)):
+        with pytest.raises(NodeUnavailable) as err:
+            open_connection(conn.nodes[0], conn)
+        assert PASSWORD not in str(err.value)
+        found[name] = err.value
+    assert found["wrong CA"].kind == TLS and "certificate failed verification" in str(found["wrong CA"])
+    assert found["plain text"].kind == TLS, found["plain text"]
+    assert f"stomp+ssl://{node.host}:{node.port}" in str(found["plain text"])
+    assert found["wrong password"].kind == LOGIN and "[login] login failed" in str(found["wrong password"])
+
+
 def test_tls_round_trip_and_the_password_is_nowhere(
     spark: SparkSession, tls_cluster: LocalCluster, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

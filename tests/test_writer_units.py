@@ -64,17 +64,17 @@ def test_input_columns_are_checked_by_name() -> None:
     o = write_opts()
     layout = input_layout(schema("Body string, group_id long, headers map<string,string>"), o)
     assert (layout.body, layout.body_is_text, layout.group_id) == ("Body", True, "group_id")
-    with pytest.raises(OptionError, match="needs a 'body' column"):
+    with pytest.raises(InputError, match="needs a 'body' column"):
         input_layout(schema("value binary"), o)
-    with pytest.raises(OptionError, match="'body' must be binary or string, not int"):
+    with pytest.raises(InputError, match="'body' must be binary or string, not int"):
         input_layout(schema("body int"), o)
-    with pytest.raises(OptionError, match="'extra' is not a clustermq writer column.*headersFromColumns"):
+    with pytest.raises(InputError, match="'extra' is not a clustermq writer column.*headersFromColumns"):
         input_layout(schema("body binary, extra string"), o)
-    with pytest.raises(OptionError, match="'headers' must be map<string,string>"):
+    with pytest.raises(InputError, match="'headers' must be map<string,string>"):
         input_layout(schema("body binary, headers map<string,int>"), o)
     with_headers = write_opts(headersFromColumns="true")
     assert input_layout(schema("body binary, n int"), with_headers).header_columns == ("n",)
-    with pytest.raises(OptionError, match="'clustermq_x' cannot become a header"):
+    with pytest.raises(InputError, match="'clustermq_x' cannot become a header"):
         input_layout(schema("body binary, clustermq_x string"), with_headers)
 
 

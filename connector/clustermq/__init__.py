@@ -7,6 +7,6 @@ are exported here so user code can catch them without knowing the module layout.
 from clustermq import errors
 from clustermq.errors import *  # noqa: F403 - every error class, listed once in errors.__all__
 from clustermq.source import ClusterMQDataSource
+from clustermq.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["ClusterMQDataSource", "__version__", *errors.__all__]

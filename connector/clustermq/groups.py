@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import zlib
 
+from clustermq.errors import OptionError
+
 
 def group_hash(group_id: str) -> int:
     """Unsigned 32-bit hash of a group id, identical in every process and release."""
@@ -18,7 +20,7 @@ def group_hash(group_id: str) -> int:
 def bucket_for_group(group_id: str, buckets: int) -> int:
     """The bucket (partition or node index) a group always lands in."""
     if buckets < 1:
-        raise ValueError(f"buckets must be >= 1, got {buckets}")
+        raise OptionError(f"option 'brokers': no node to put a group on (got {buckets} buckets)")
     return group_hash(group_id) % buckets
 
 

@@ -1,8 +1,12 @@
-"""Where the project keeps files outside the package: the repository root, the cache, ``conf/``.
+"""Where clustermq keeps files outside the package: the cache (broker distributions, the Delta
+jars, local clusters), and the lock that guards filling it.
 
-The package is installed editable from the repository, so the repository is found from this
-file's own location rather than from the current directory: the CLI, the jobs and the tests
-then agree on the same cache and the same ``conf/`` templates wherever they are started from.
+What the package itself needs (the broker config templates, the Delta pom) is package data, read
+with :mod:`importlib.resources`, so a wheel installed anywhere works without the repository. The
+repository matters only for where the cache goes by default: in a source checkout (an editable
+install, found from this file's own location rather than from the current directory) it is the
+checkout's git-ignored ``.cache/``, so the CLI, the jobs and the tests agree on one cache
+wherever they are started from.
 """
 
 from __future__ import annotations
@@ -20,20 +24,22 @@ COMPLETE_MARKER = ".clustermq-complete"
 
 
 def repo_root() -> Path | None:
-    """The repository root (``connector/clustermq/`` is two levels below it).
+    """The source checkout this package runs from (``connector/clustermq/`` is two levels below
+    it), or ``None`` when it does not, e.g. after ``pip install clustermq``.
 
-    ``None`` when the package is not running from a source checkout (no ``pyproject.toml``
-    there), e.g. after a non-editable install.
+    Used only to place the cache; nothing is read from the checkout.
     """
     root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() else None
 
 
 def cache_dir() -> Path:
-    """``$CLUSTERMQ_CACHE``, else ``<repo>/.cache/clustermq``, else ``~/.cache/clustermq``.
+    """``$CLUSTERMQ_CACHE``, else ``<checkout>/.cache/clustermq``, else ``~/.cache/clustermq``.
 
-    The repository cache is git-ignored and sits next to the code that needs it, so
-    distributions and cluster state do not leak into the user's home during development.
+    In a checkout the cache is git-ignored and sits next to the code that needs it, so
+    distributions and cluster state do not leak into the developer's home; an installed package
+    uses the home directory's cache, and ``$CLUSTERMQ_CACHE`` lets several installs share one
+    (one fetch then serves them all).
     """
     env = os.environ.get(CACHE_ENV)
     if env:
@@ -42,18 +48,6 @@ def cache_dir() -> Path:
     if root is not None:
         return root / ".cache" / "clustermq"
     return Path.home() / ".cache" / "clustermq"
-
-
-def conf_dir() -> Path:
-    """The repository's ``conf/`` directory (broker templates, the pinned Delta pom)."""
-    root = repo_root()
-    if root is None or not (root / "conf").is_dir():
-        raise FileNotFoundError(
-            "cannot find the clustermq 'conf/' directory: the local cluster harness and the "
-            "Delta jar cache need the package installed editable from its repository "
-            "(pip install -e .)"
-        )
-    return root / "conf"
 
 
 @contextmanager

@@ -17,10 +17,11 @@ from stomp.exception import StompException
 from clustermq.broker import fastparse
 from clustermq.broker.listener import StompListener
 from clustermq.broker.nodes import Node
+from clustermq.broker.reachability import closed_during_login, connect_failure, group_kind
 from clustermq.broker.redaction import register_secret  # importing it installs log redaction
 from clustermq.broker.settings import ConnectionOptions
-from clustermq.broker.tls import apply_tls, tls_failure
-from clustermq.errors import NodeUnavailable
+from clustermq.broker.tls import apply_tls
+from clustermq.errors import LOGIN, TIMEOUT, NodeUnavailable
 
 HEARTBEAT_RECEIVE_SCALE = 2.5
 
@@ -48,13 +49,14 @@ def open_connection(
     """
     if not node.members:
         return _open_member(node, options, listener, listener_name, socket_timeout_s)
-    reasons = []
+    failures = []
     for member in node.endpoints():
         try:
             return _open_member(member, options, listener, listener_name, socket_timeout_s)
         except NodeUnavailable as exc:
-            reasons.append(f"{member.name}: {exc.reason}")
-    raise NodeUnavailable(node, "no member accepts (" + "; ".join(reasons) + ")")
+            failures.append(exc)
+    reasons = "; ".join(f"{f.node.name}: {f.reason}" for f in failures)
+    raise NodeUnavailable(node, f"no member accepts ({reasons})", group_kind(failures))
 
 
 def _open_member(
@@ -64,7 +66,8 @@ def _open_member(
     listener_name: str,
     socket_timeout_s: float | None,
 ) -> tuple[stomp.Connection12, dict[str, str]]:
-    """One attempt at one address (a plain node or one member of a group)."""
+    """One attempt at one address (a plain node or one member of a group); a failure is
+    classified (refused, DNS, timeout, TLS, login: broker/reachability.py)."""
     heartbeat = options.heartbeat_ms
     socket_timeout = options.connect_timeout_s if socket_timeout_s is None else socket_timeout_s
     # ActiveMQ Classic writes a keep-alive only when it wrote nothing during the last whole
@@ -89,28 +92,25 @@ def _open_member(
         conn.set_listener(listener_name, listener)
     username, password = options.login
     register_secret(password)
+    started = time.monotonic()
     try:
         conn.connect(username=username, passcode=password, wait=False)
     except (StompException, OSError) as exc:
         _abandon(conn, listener_name)
-        reason = tls_failure(node, socket_timeout)
-        raise NodeUnavailable(node, reason or f"cannot connect ({type(exc).__name__})") from None
+        raise connect_failure(node, socket_timeout, time.monotonic() - started, exc) from None
     if not login.wait_settled(options.connect_timeout_s):
         _abandon(conn, listener_name)
-        raise NodeUnavailable(
-            node, f"no CONNECTED frame within {options.connect_timeout_s:.1f} s"
-        )
+        raise NodeUnavailable(node, (
+            f"connected, but no CONNECTED frame within {options.connect_timeout_s:.1f} s (option "
+            "connectTimeout): the node is overloaded or stalled, or the port is not STOMP"), TIMEOUT)
     if not login.connected.is_set() or not conn.is_connected():
         _abandon(conn, listener_name)
-        if login.error is not None:
-            reason = login.error
-        elif login.lost.is_set():
-            reason = "connection closed during login"
-        else:
-            reason = "connection refused"
+        if login.error is None and login.lost.is_set():
+            raise closed_during_login(node, socket_timeout)
+        reason = login.error if login.error is not None else "the node did not accept the CONNECT"
         if password:
             reason = reason.replace(password, "***")
-        raise NodeUnavailable(node, f"login failed: {reason}")
+        raise NodeUnavailable(node, f"login failed: {reason}", LOGIN)
     conn.remove_listener("clustermq-connect")
     if options.heartbeat_ms:
         _send_heartbeats_early(conn)

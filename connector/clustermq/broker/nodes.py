@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from clustermq.errors import OptionError
+
 SCHEMES = ("stomp", "stomp+nio", "stomp+ssl", "stomp+nio+ssl")
 GROUP_PREFIX = "masterslave:"
 
@@ -64,18 +66,19 @@ class Node:
 
 
 def parse_node(text: str, option: str = "brokers") -> Node:
-    """Parse ``[scheme://]host:port``; raise ``ValueError`` naming ``option`` on bad input."""
+    """Parse ``[scheme://]host:port``; raise ``OptionError`` (a ``ValueError``) naming ``option``
+    on bad input."""
     raw = text.strip()
     allowed = "expected host:port or stomp[+ssl]://host:port"
     if not raw:
-        raise ValueError(f"option '{option}': empty broker address; {allowed}")
+        raise OptionError(f"option '{option}': empty broker address; {allowed}")
     ssl = False
     rest = raw
     if "://" in raw:
         scheme, rest = raw.split("://", 1)
         scheme = scheme.lower()
         if scheme not in SCHEMES and scheme != "ssl":
-            raise ValueError(
+            raise OptionError(
                 f"option '{option}': unknown scheme '{scheme}' in '{raw}'; "
                 f"allowed schemes: {', '.join(SCHEMES)}"
             )
@@ -86,15 +89,15 @@ def parse_node(text: str, option: str = "brokers") -> Node:
     else:
         host, sep, port_text = rest.rpartition(":")
     if not sep or not host:
-        raise ValueError(f"option '{option}': '{raw}' has no port; {allowed}")
+        raise OptionError(f"option '{option}': '{raw}' has no port; {allowed}")
     try:
         port = int(port_text)
     except ValueError:
-        raise ValueError(
+        raise OptionError(
             f"option '{option}': port '{port_text}' in '{raw}' is not a number; {allowed}"
         ) from None
     if not 0 < port < 65536:
-        raise ValueError(f"option '{option}': port {port} in '{raw}' is outside 1-65535")
+        raise OptionError(f"option '{option}': port {port} in '{raw}' is outside 1-65535")
     return Node(host=host, port=port, ssl=ssl)
 
 
@@ -113,18 +116,18 @@ def _split_top_level(text: str, option: str) -> list[str]:
         if char == "(":
             depth += 1
             if depth > 1:
-                raise ValueError(f"option '{option}': nested parentheses in '{text}'; {GROUP_GRAMMAR}")
+                raise OptionError(f"option '{option}': nested parentheses in '{text}'; {GROUP_GRAMMAR}")
         elif char == ")":
             depth -= 1
             if depth < 0:
-                raise ValueError(f"option '{option}': unbalanced ')' in '{text}'; {GROUP_GRAMMAR}")
+                raise OptionError(f"option '{option}': unbalanced ')' in '{text}'; {GROUP_GRAMMAR}")
         if char == "," and depth == 0:
             parts.append("".join(current))
             current = []
         else:
             current.append(char)
     if depth:
-        raise ValueError(f"option '{option}': unclosed '(' in '{text}'; {GROUP_GRAMMAR}")
+        raise OptionError(f"option '{option}': unclosed '(' in '{text}'; {GROUP_GRAMMAR}")
     parts.append("".join(current))
     return parts
 
@@ -134,10 +137,10 @@ def parse_group(text: str, option: str = "brokers") -> Node:
     raw = text.strip()
     inner = raw[len(GROUP_PREFIX):].strip()
     if not (inner.startswith("(") and inner.endswith(")")):
-        raise ValueError(f"option '{option}': '{raw}' is not a failover group; {GROUP_GRAMMAR}")
+        raise OptionError(f"option '{option}': '{raw}' is not a failover group; {GROUP_GRAMMAR}")
     members = tuple(parse_node(part, option) for part in inner[1:-1].split(","))
     if len(members) < 2:
-        raise ValueError(f"option '{option}': failover group '{raw}' has one member; {GROUP_GRAMMAR}")
+        raise OptionError(f"option '{option}': failover group '{raw}' has one member; {GROUP_GRAMMAR}")
     first = members[0]
     return Node(host=first.host, port=first.port, ssl=any(m.ssl for m in members), members=members)
 
@@ -145,7 +148,7 @@ def parse_group(text: str, option: str = "brokers") -> Node:
 def parse_nodes(text: str, option: str = "brokers") -> tuple[Node, ...]:
     """Parse a comma-separated node list; duplicates are an error (they would share an offset)."""
     if text is None or not text.strip():
-        raise ValueError(f"option '{option}' is required: a comma-separated list of host:port")
+        raise OptionError(f"option '{option}' is required: a comma-separated list of host:port")
     nodes = tuple(
         parse_group(part, option) if part.strip().lower().startswith(GROUP_PREFIX) else parse_node(part, option)
         for part in _split_top_level(text, option)
@@ -154,7 +157,7 @@ def parse_nodes(text: str, option: str = "brokers") -> tuple[Node, ...]:
     for node in nodes:
         for address in (node.name, *(m.name for m in node.members)):
             if address in seen:
-                raise ValueError(f"option '{option}': node '{address}' is listed twice")
+                raise OptionError(f"option '{option}': node '{address}' is listed twice")
             seen.add(address)
     return nodes
 

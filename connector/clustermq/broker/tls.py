@@ -21,6 +21,11 @@ from clustermq.broker.nodes import Node, TlsSettings
 warnings.filterwarnings("ignore", message=r"ssl\.PROTOCOL_TLS is deprecated", category=DeprecationWarning)
 
 
+#: OpenSSL's words for a peer that answered the ClientHello with something that is not TLS
+NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE",
+                             "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"})
+
+
 def tls_parameters(node: Node) -> dict[str, Any]:
     """Keyword arguments for stomp.py's ``set_ssl`` for ``node`` (``node.tls`` or the defaults).
 
@@ -73,7 +78,7 @@ def tls_failure(node: Node, timeout: float) -> str | None:
         if tls.cert_file:
             context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_key_password)
     except (ssl.SSLError, OSError) as exc:
-        return f"TLS set-up failed: {exc}"
+        return f"the client's TLS set-up failed: {exc}"
     trust = f"sslCaFile {tls.ca_file}" if tls.ca_file else "the system trust store"
     try:
         with socket.create_connection((node.host, node.port), timeout=timeout) as raw:
@@ -81,8 +86,11 @@ def tls_failure(node: Node, timeout: float) -> str | None:
                 return None
     except ssl.SSLCertVerificationError as exc:
         detail = exc.verify_message or exc.reason or str(exc)
-        return f"TLS handshake failed: the broker's certificate failed verification ({detail}) against {trust}"
+        return f"handshake failed: the broker's certificate failed verification ({detail}) against {trust}"
     except ssl.SSLError as exc:
-        return f"TLS handshake failed: {exc.reason or exc}"
+        if exc.reason in NOT_TLS_REASONS:
+            return (f"handshake failed ({exc.reason}): the port does not speak TLS; is it a plain "
+                    "STOMP port (stomp:// instead of stomp+ssl://)?")
+        return f"handshake failed: {exc.reason or exc}"
     except OSError:
         return None  # not a TLS problem: the caller reports the plain connection error

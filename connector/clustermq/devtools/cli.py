@@ -1,4 +1,9 @@
-"""The ``clustermq`` command line: local cluster, queue depth, load generator, demo, bench."""
+"""The ``clustermq`` command line: local cluster, queue depth, load generator, demo, bench.
+
+``clustermq cluster fetch`` downloads the broker distributions the local cluster runs (the
+harness's one download; everything else only reads the cache), so a pip-installed package needs
+nothing of the repository.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from clustermq.devtools import demo
 from clustermq.devtools.bench.run import main as bench_main
 from clustermq.devtools.loadgen import LoadSpec, print_progress, produce
 from clustermq.devtools.localcluster.commands import add_cluster_parsers, brokers_for, credentials_for
+from clustermq.devtools.localcluster.fetch import main as fetch_main
+from clustermq.errors import ClusterMQError
 from clustermq.options import OptionError, parse_connection_options
 
 
@@ -70,10 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its own parser: python -m clustermq.devtools.bench.run takes the same flags
         return bench_main(argv[1:])
+    if argv[:2] == ["cluster", "fetch"]:  # its own parser, in localcluster.fetch
+        return fetch_main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (OptionError, ConnectionError, TimeoutError, RuntimeError) as exc:
+    except (ClusterMQError, OptionError, ConnectionError, TimeoutError, RuntimeError) as exc:
         print(f"clustermq: error: {exc}", file=sys.stderr)
         return 2
 

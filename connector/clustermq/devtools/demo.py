@@ -25,7 +25,7 @@ from clustermq.devtools.loadgen import LoadSpec, print_progress, produce
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from clustermq.options import OptionError, parse_connection_options
 from clustermq.pipelines.delta_session import delta_session
-from clustermq.pipelines.queue_to_delta import start_queue_to_delta
+from clustermq.pipelines.delta_stream import start_queue_to_delta
 from clustermq.pipelines.session import LOCAL_TUNING
 from clustermq.pipelines.streaming import run_until_done
 

@@ -8,6 +8,7 @@ transport keeps a checkpoint's offsets.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 
 from clustermq.broker.nodes import Node, parse_nodes
@@ -23,6 +24,7 @@ def parse_amqp_nodes(raw: Mapping[str, str], nodes: tuple[Node, ...], transport:
         if text is not None:
             raise AMQP_BROKERS.error(f"is only read with {TRANSPORT.name}=amqp (it is '{transport}')")
         return ()
+    check_proton()
     if not text or not text.strip():
         raise AMQP_BROKERS.error(f"is required with {TRANSPORT.name}=amqp: the AMQP host:port of "
                                  f"every node of '{BROKERS.name}', in the same order")
@@ -43,6 +45,20 @@ def parse_amqp_nodes(raw: Mapping[str, str], nodes: tuple[Node, ...], transport:
             f"lists {len(amqp)} node(s) shaped {_shape(amqp)}; '{BROKERS.name}' has {len(nodes)} "
             f"shaped {_shape(nodes)}: give one AMQP endpoint per node and per pair member, in order")
     return tuple((n.name, a) for n, a in zip(nodes, amqp))
+
+
+def check_proton() -> None:
+    """``transport=amqp`` needs python-qpid-proton, an optional extra: without it the read fails
+    here, while its options are parsed, naming the option and the install command (rather than
+    with an ``ImportError`` from inside a running query). Only this check and the AMQP link
+    import proton, so a STOMP-only installation never needs it."""
+    try:
+        importlib.import_module("proton")
+    except ImportError as exc:
+        raise TRANSPORT.error(
+            f"amqp needs python-qpid-proton, which cannot be imported here ({exc}): install it "
+            "with pip install 'clustermq[amqp]', or use transport=stomp (the default)"
+        ) from None
 
 
 def _shape(nodes: tuple[Node, ...]) -> str:

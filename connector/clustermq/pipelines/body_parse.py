@@ -38,23 +38,23 @@ class BodyParse:
     corrupt_column: str = CORRUPT_COLUMN
 
     def fields(self) -> StructType:
-        """The parsed columns; ``ValueError`` naming the problem when the DDL is unusable.
+        """The parsed columns; ``JobConfigError`` (a ``ValueError``) naming the problem when the DDL is unusable.
 
         Needs an active SparkSession (Spark parses the DDL).
         """
         if self.format not in PARSE_FORMATS:
-            raise ValueError(f"parse format '{self.format}' is not one of {', '.join(PARSE_FORMATS)}")
+            raise JobConfigError(f"parse format '{self.format}' is not one of {', '.join(PARSE_FORMATS)}")
         try:
             parsed = DataType.fromDDL(self.schema)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"schema '{self.schema}' is not a Spark DDL schema: {first}") from None
+            raise JobConfigError(f"schema '{self.schema}' is not a Spark DDL schema: {first}") from None
         if not isinstance(parsed, StructType) or not parsed.fields:
-            raise ValueError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
+            raise JobConfigError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
         taken = {c.lower() for c in TABLE_COLUMNS} | {*WORKING_COLUMNS, _PARSED, self.corrupt_column.lower()}
         clash = [f.name for f in parsed.fields if f.name.lower() in taken]
         if clash:
-            raise ValueError(
+            raise JobConfigError(
                 f"schema column(s) {', '.join(clash)} clash with the table's own columns "
                 f"({', '.join(TABLE_COLUMNS)}, {self.corrupt_column}); rename them in the schema"
             )

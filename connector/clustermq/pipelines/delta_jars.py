@@ -3,8 +3,9 @@
 delta-spark's Python package carries no jars: its helper and ``--packages`` make Spark resolve
 and download them at start, which needs Maven Central at that moment. This module is the route
 for machines without it: the jars are resolved once, with the machine's Maven client, from the
-pinned ``conf/delta/pom.xml`` into the git-ignored cache (``make setup`` does it, and the test
-suite's sessions use it), and only ever read from there.
+pinned ``delta_pom.xml`` (package data next to this module, so an installed wheel has it too)
+into the clustermq cache (:func:`clustermq.paths.cache_dir`; ``make setup`` fills it in a
+checkout, and the test suite's sessions use it), and only ever read from there.
 
 Run ``python -m clustermq.pipelines.delta_jars`` to fetch (idempotent; prints the jar folder);
 with ``--jars`` it prints the value for ``spark-submit --jars`` instead. This is the route for
@@ -24,30 +25,41 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
-from clustermq.errors import DeltaJarsMissing
-from clustermq.paths import COMPLETE_MARKER, cache_dir, conf_dir, exclusive_lock
+from clustermq.errors import ClusterMQError, DeltaJarsMissing, NotInstalled
+from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
 
 MANIFEST = "MANIFEST.txt"
+#: The pom that pins the Delta release: package data of ``clustermq.pipelines``.
+POM_PACKAGE, POM = "clustermq.pipelines", "delta_pom.xml"
+#: The command that fills the cache, named by every error about a missing one.
+FETCH_COMMAND = "python -m clustermq.pipelines.delta_jars"
 
 
-def pom_path() -> Path:
-    """``conf/delta/pom.xml``: the one place the Delta version is pinned."""
-    return conf_dir() / "delta" / "pom.xml"
+def pom_text() -> str:
+    """The text of ``delta_pom.xml``, the one place the Delta version is pinned."""
+    try:
+        return (resources.files(POM_PACKAGE) / POM).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotInstalled(
+            f"{POM} is missing from the installed {POM_PACKAGE} package; reinstall clustermq "
+            "(pip install --force-reinstall clustermq)"
+        ) from None
 
 
 def pinned_artifact(pom: Path | None = None) -> tuple[str, str]:
     """(artifactId, version) of the Delta dependency the pom pins, e.g. ("delta-spark_4.2_2.13", "4.4.0")."""
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ET.parse(pom or pom_path()).getroot()
+    root = ET.parse(pom).getroot() if pom is not None else ET.fromstring(pom_text())
     version = root.findtext("m:properties/m:delta.version", namespaces=ns)
     for dep in root.findall("m:dependencies/m:dependency", ns):
         if dep.findtext("m:groupId", namespaces=ns) == "io.delta":
             artifact = dep.findtext("m:artifactId", namespaces=ns)
             if artifact and version:
                 return artifact, version
-    raise RuntimeError(f"{pom or pom_path()} pins no io.delta dependency with a delta.version")
+    raise NotInstalled(f"{pom or POM} pins no io.delta dependency with a delta.version; reinstall clustermq")
 
 
 def jar_dir(cache: Path | None = None) -> Path:
@@ -66,23 +78,24 @@ def spark_jars_dir() -> Path:
         return Path(home) / "jars"
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("pyspark is not installed in this interpreter")
+        raise NotInstalled(f"pyspark is not installed in this interpreter ({sys.executable}): pip install clustermq")
     return Path(next(iter(spec.submodule_search_locations))).resolve() / "jars"
 
 
 def delta_jars(cache: Path | None = None) -> list[Path]:
-    """The cached Delta jars; raises :class:`DeltaJarsMissing` (naming ``make setup``) if absent."""
+    """The cached Delta jars; raises :class:`DeltaJarsMissing` naming the command that fetches
+    them (and ``make setup``, which runs it in a checkout) if absent."""
     folder = jar_dir(cache)
     if not (folder / COMPLETE_MARKER).is_file():
         artifact, version = pinned_artifact()
         raise DeltaJarsMissing(
             f"the Delta jars (io.delta:{artifact}:{version}) are not in {folder}; run "
-            "`make setup` (or `python -m clustermq.pipelines.delta_jars`) once: SparkSessions never "
-            "download them at start"
+            f"`{FETCH_COMMAND}` once on a machine with Maven (in a checkout `make setup` does it; "
+            f"CLUSTERMQ_CACHE moves the cache): SparkSessions never download them at start"
         )
     jars = sorted(folder.glob("*.jar"))
     if not jars:
-        raise DeltaJarsMissing(f"{folder} holds no jars; delete it and run `make setup`")
+        raise DeltaJarsMissing(f"{folder} holds no jars; delete it and run `{FETCH_COMMAND}`")
     return jars
 
 
@@ -98,8 +111,8 @@ def ensure_delta_jars(
         if (folder / COMPLETE_MARKER).is_file():
             return delta_jars(cache)
         if progress:
-            progress(f"resolving {pom_path()} with Maven")
-        resolved = _maven_runtime_dependencies(pom_path())
+            progress(f"resolving io.delta:{':'.join(pinned_artifact())} ({POM}) with Maven")
+        resolved = _maven_runtime_dependencies(pom_text())
         shipped = artifacts_in(spark_jars_dir())
         work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
@@ -133,12 +146,16 @@ def artifacts_in(jars: Path) -> set[str]:
     return names
 
 
-def _maven_runtime_dependencies(pom: Path) -> list[tuple[str, Path]]:
-    """Resolve ``pom``'s runtime dependencies; return (coordinates, file in ~/.m2) pairs."""
+def _maven_runtime_dependencies(pom_xml: str) -> list[tuple[str, Path]]:
+    """Resolve the runtime dependencies of the pom ``pom_xml``; return (coordinates, file in
+    ~/.m2) pairs. Maven runs on a copy in a temporary folder: the installed package may be
+    read-only, and nothing of Maven's should land next to it."""
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise RuntimeError("Maven ('mvn') is not on PATH; it is needed once to fetch the Delta jars")
+        raise DeltaJarsMissing("Maven ('mvn') is not on PATH; it is needed once to fetch the Delta jars")
     with tempfile.TemporaryDirectory(prefix="clustermq-delta-") as tmp:
+        pom = Path(tmp) / "pom.xml"
+        pom.write_text(pom_xml, encoding="utf-8")
         listing = Path(tmp) / "dependencies.txt"
         cmd = [
             mvn, "-q", "-B", "-f", str(pom), "dependency:list",
@@ -148,7 +165,7 @@ def _maven_runtime_dependencies(pom: Path) -> list[tuple[str, Path]]:
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0 or not listing.is_file():
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
-            raise RuntimeError(f"'{' '.join(cmd)}' failed (exit {proc.returncode}):\n{tail}")
+            raise DeltaJarsMissing(f"'{' '.join(cmd)}' failed (exit {proc.returncode}):\n{tail}")
         result = []
         for line in listing.read_text().splitlines():
             parts = line.strip().split(":")
@@ -157,19 +174,19 @@ def _maven_runtime_dependencies(pom: Path) -> list[tuple[str, Path]]:
                 continue
             path = Path(parts[-1])
             if not path.is_file():
-                raise RuntimeError(f"Maven listed {path}, which does not exist")
+                raise DeltaJarsMissing(f"Maven listed {path}, which does not exist")
             result.append((":".join(parts[:-1]), path))
     if not any(c.startswith("io.delta:delta-spark") for c, _ in result):
-        raise RuntimeError(f"Maven resolved no delta-spark jar from {pom}")
+        raise DeltaJarsMissing(f"Maven resolved no delta-spark jar from {POM}")
     return result
 
 
 def cache_is_complete(cache: Path | None = None) -> bool:
-    """Whether the offline cache holds the pinned jars (``False`` outside a source checkout,
-    where the pin in ``conf/delta/pom.xml`` is not available)."""
+    """Whether the offline cache holds the pinned jars (``False`` also when the package lost its
+    ``delta_pom.xml``, so that the caller names the routes to Delta rather than a reinstall)."""
     try:
         return (jar_dir(cache) / COMPLETE_MARKER).is_file()
-    except FileNotFoundError:
+    except NotInstalled:
         return False
 
 
@@ -183,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         jars = ensure_delta_jars(progress=lambda m: print(m, file=sys.stderr, flush=True))
-    except RuntimeError as exc:
+    except ClusterMQError as exc:
         print(f"clustermq: error: {exc}", file=sys.stderr)
         return 2
     print(",".join(str(j) for j in jars) if args.jars else jars[0].parent)

@@ -32,8 +32,9 @@ from clustermq.pipelines.session import (
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-#: The Delta release the project is built and tested with (also pinned in conf/delta/pom.xml
-#: and in the ``delta`` extra of pyproject.toml; a test keeps the three equal).
+#: The Delta release the project is built and tested with (also pinned in
+#: clustermq/pipelines/delta_pom.xml and conf/constraints.txt, inside the range of the ``delta``
+#: extra of pyproject.toml; tests keep them equal).
 DELTA_MAVEN_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
 ROUTES = (

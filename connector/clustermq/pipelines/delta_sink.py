@@ -48,6 +48,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from clustermq.errors import JobConfigError
 from clustermq.pipelines.body_parse import BodyParse
 from clustermq.pipelines.columns import (
     ANY_REDELIVERED,
@@ -129,7 +130,7 @@ class IdempotentDeltaWriter:
         parse: BodyParse | None = None,
     ) -> None:
         if dedupe not in DEDUPE_SCOPES:
-            raise ValueError(f"dedupe must be one of {DEDUPE_SCOPES}, got {dedupe!r}")
+            raise JobConfigError(f"dedupe (--dedupe) must be one of {', '.join(DEDUPE_SCOPES)}, got {dedupe!r}")
         self.path = path
         self.parse = parse
         #: the table's columns; a parse adds its columns and ``_corrupt`` (set in __call__,

@@ -1,8 +1,8 @@
-"""How the ready-made jobs in ``spark_jobs/`` are configured: flags, config files, credentials.
+"""How the ready-made jobs (:mod:`clustermq.jobs`) are configured: flags, config files, credentials.
 
-The jobs are scripts users run as they are; their logic lives in this package (this module,
-``streaming``, ``queue_to_delta``, ``delta_sink``) so that the demo and the tests run exactly
-the code the scripts run.
+The pieces the jobs share with the demo and the benchmark (this module, ``streaming``,
+``delta_stream``, ``delta_sink``) live in this package, so that the demo and the tests run
+exactly the code the jobs run.
 
 Credentials come only from the environment (``CLUSTERMQ_USERNAME`` / ``CLUSTERMQ_PASSWORD``):
 command lines are readable by every user of the machine, and config files end up in
@@ -24,6 +24,8 @@ from clustermq.logs import log_level_for_spark
 USERNAME_ENV = "CLUSTERMQ_USERNAME"
 PASSWORD_ENV = "CLUSTERMQ_PASSWORD"
 READER_OPTIONS_SECTION = "reader_options"
+#: connector options a job never takes from a flag or a file
+CREDENTIAL_KEYS = ("username", "password")
 
 
 def job_logging() -> None:
@@ -56,14 +58,15 @@ def load_config(path: str | None, section: str) -> tuple[dict[str, str], dict[st
         raise JobConfigError(f"--config: {path} does not exist")
     parser = configparser.ConfigParser(interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep option case
-    parser.read(file)
-    for forbidden in ("password", "username"):
-        for name in parser.sections():
-            if any(k.lower() == forbidden for k in parser[name]):
-                raise JobConfigError(
-                    f"{path}: '{forbidden}' is not read from config files; set "
-                    f"{USERNAME_ENV} / {PASSWORD_ENV} in the environment"
-                )
+    try:
+        parser.read(file)
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise JobConfigError(f"--config: {path} is not an INI file with [sections]: {first}") from None
+    for name in parser.sections():
+        for key in parser[name]:
+            if key.strip().lower() in CREDENTIAL_KEYS:
+                raise credentials_refused(f"{path} [{name}]", key.strip())
     settings = dict(parser[section]) if parser.has_section(section) else {}
     reader = dict(parser[READER_OPTIONS_SECTION]) if parser.has_section(READER_OPTIONS_SECTION) else {}
     return settings, reader
@@ -98,19 +101,57 @@ def merge_settings(
     return merged
 
 
-def parse_key_values(items: list[str], flag: str) -> dict[str, str]:
-    """``KEY=VALUE`` items of a repeatable flag as a dict."""
+def credentials_refused(where: str, key: str) -> JobConfigError:
+    """The error for a credential given where a job does not read it (the value is never shown)."""
+    return JobConfigError(
+        f"{where}: '{key}' is not accepted here; jobs take credentials only from the environment "
+        f"variables {USERNAME_ENV} and {PASSWORD_ENV} (command lines are visible to every user "
+        "of the machine, config files end up in repositories)"
+    )
+
+
+def parse_key_values(items: list[str], flag: str, options: bool = True) -> dict[str, str]:
+    """``KEY=VALUE`` items of a repeatable flag as a dict.
+
+    ``options``: the items are connector options, so ``username``/``password`` are refused
+    (in any case: Spark's options are case-insensitive). ``False`` for other pairs (``--header``
+    maps a header name to a column, and a header may well be called ``username``).
+    """
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise JobConfigError(f"{flag}: '{item}' is not KEY=VALUE")
-        if key.strip().lower() in ("password", "username"):
-            raise JobConfigError(
-                f"{flag}: credentials are read from {USERNAME_ENV} / {PASSWORD_ENV} only"
-            )
+        if options and key.strip().lower() in CREDENTIAL_KEYS:
+            raise credentials_refused(flag, key.strip())
         out[key.strip()] = value
     return out
+
+
+def setting_source(key: str, flags: argparse.Namespace, config_path: str | None) -> str:
+    """Where setting ``key`` came from, for an error: its flag, and its config key when the
+    flag was not given and a config file was."""
+    flag = f"--{key.replace('_', '-')}"
+    if getattr(flags, key, None) is None and config_path:
+        return f"{flag} (key '{key}' in {config_path})"
+    return flag
+
+
+def positive_int_setting(
+    value: Any, key: str, flags: argparse.Namespace, config_path: str | None
+) -> int:
+    """Setting ``key`` (merged by :func:`merge_settings`) as a whole number of at least 1.
+
+    The error names the flag and, when the value came from the config file, its key there.
+    """
+    source = setting_source(key, flags, config_path)
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise JobConfigError(f"{source}: '{value}' is not a whole number") from None
+    if number < 1:
+        raise JobConfigError(f"{source}: {number} is below 1")
+    return number
 
 
 def reader_options(

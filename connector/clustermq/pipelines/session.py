@@ -1,4 +1,4 @@
-"""The SparkSession of a job (``spark_jobs/``, the demo, the benchmark), wherever it is launched.
+"""The SparkSession of a job (:mod:`clustermq.jobs`, the demo, the benchmark), wherever it is launched.
 
 A job is a Spark application: under ``spark-submit`` (YARN, Kubernetes, standalone) the JVM and
 its master already exist when the job's Python starts, and whatever the job set on the builder

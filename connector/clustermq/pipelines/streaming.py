@@ -1,6 +1,6 @@
 """How a job runs its streaming query: the trigger flag, clean stops on signals, progress.
 
-Shared by the jobs in ``spark_jobs/`` and the demo, so that a stop or a progress line means the
+Shared by the jobs (:mod:`clustermq.jobs`) and the demo, so that a stop or a progress line means the
 same in each. Spark's types are imported for type checking only: nothing here runs Spark code
 of its own, it drives the query it is given.
 """
@@ -22,14 +22,15 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 
-def check_trigger(trigger: str) -> None:
+def check_trigger(trigger: str, source: str = "--trigger") -> None:
     """``JobConfigError`` unless ``trigger`` is ``availableNow`` or ``processingTime=<interval>``.
 
-    A job checks its flag with this before any Spark work.
+    A job checks its flag with this before any Spark work; ``source`` names where the value
+    came from (the flag, or the flag and its config key).
     """
     if trigger != "availableNow" and not trigger.startswith("processingTime="):
         raise JobConfigError(
-            f"--trigger: '{trigger}' is not availableNow or processingTime=<interval>"
+            f"{source}: '{trigger}' is not availableNow or processingTime=<interval>"
         )
 
 
@@ -47,6 +48,11 @@ def run_until_done(query: StreamingQuery, on_tick: Callable[[], None] | None = N
     A stop between batches loses nothing; a stop during a batch leaves that batch for the
     next run (replayed from the checkpoint), like a crash. ``on_tick`` runs about once a
     second (progress lines) and once more at the end.
+
+    A failed query raises its ``StreamingQueryException`` as Spark gave it: its text holds the
+    cause (a connector error raised in the source's Python process appears there as
+    ``clustermq.errors.<Class>: <message>``), which a job reports in one line
+    (:func:`clustermq.jobs.runner.describe_failure`).
     """
     stop = threading.Event()
 
@@ -70,7 +76,7 @@ def run_until_done(query: StreamingQuery, on_tick: Callable[[], None] | None = N
             signal.signal(sig, handler)
     error = query.exception()
     if error is not None:
-        raise RuntimeError(f"streaming query {query.id} failed: {error}")
+        raise error
 
 
 def progress_field(progress: Any, name: str) -> Any:

@@ -26,7 +26,8 @@ from proton.reactor import ApplicationEvent, Container, EventInjector, ReceiverO
 
 from clustermq.broker.dialect import BrokerDialect, resolve_amqp_dialect
 from clustermq.broker.nodes import Node
-from clustermq.errors import NodeUnavailable
+from clustermq.broker.reachability import amqp_failure
+from clustermq.errors import LinkLost, NodeUnavailable
 from clustermq.read.amqp_message import message_fields
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
@@ -101,7 +102,7 @@ class AmqpLink(MessagingHandler):
         """Accept and settle ``messages`` in the reactor thread (an event is thread-safe)."""
         self._to_settle.put([m.ack_id for m in messages if m.ack_id])
         if not self._trigger("clustermq_settle"):
-            raise ConnectionError("the AMQP connection is closed")
+            raise LinkLost("the AMQP connection is closed")
 
     def close(self, wait: bool = True) -> None:
         """Close without settling (the broker redelivers what is unsettled), waiting (bounded)
@@ -268,15 +269,18 @@ def open_amqp_link(sub: LinkOwner, generation: int) -> AmqpLink:
     """Connect ``sub``'s node over AMQP (the members of a pair in order) and attach a receiver
     with ``prefetchPerNode`` credit; raises :class:`NodeUnavailable`."""
     endpoint = sub.options.amqp_node(sub.node.name)
-    reasons = []
+    timeout = sub.options.connection.connect_timeout_s
+    failures = []
     for member in endpoint.members or (endpoint,):
         link = AmqpLink(sub, member, generation)
         link.start()
-        arrived = link.ready.wait(sub.options.connection.connect_timeout_s)
+        arrived = link.ready.wait(timeout)
         if arrived and link.failure is None:
             return link
         link._closing = True  # a failed attempt reports no loss
         link.close(wait=False)
-        reason = link.failure or f"no AMQP attach within {sub.options.connection.connect_timeout_s:.0f} s"
-        reasons.append(f"{member.host}:{member.port}: {reason}")
-    raise NodeUnavailable(sub.node, "AMQP: " + "; ".join(reasons))
+        reason = link.failure or f"no AMQP attach within {timeout:.0f} s (option connectTimeout)"
+        failures.append(amqp_failure(member, reason, timeout))
+    kinds = {kind for kind, _ in failures}
+    raise NodeUnavailable(sub.node, "AMQP: " + "; ".join(reason for _, reason in failures),
+                          kinds.pop() if len(kinds) == 1 else None)

@@ -33,7 +33,8 @@ from clustermq.broker.dialect import BrokerDialect, configured_dialect, resolve_
 from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.listener import BROKER_ERROR, Inbox
 from clustermq.broker.nodes import Node
-from clustermq.errors import BrowseIncomplete, LinkLost, NodeUnavailable
+from clustermq.broker.reachability import no_node_reachable
+from clustermq.errors import BrowseIncomplete, BrowseRefused, BrowseTimeout, LinkLost, NodeUnavailable
 from clustermq.options import OptionError, ReadOptions
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.schema import to_record_batch
@@ -43,7 +44,7 @@ log = logging.getLogger("clustermq.browse")
 # Rows per Arrow batch handed to Spark: bounds executor memory for deep queues.
 _CHUNK = 5000
 DRAIN_HINT = (
-    "export the backlog by draining it instead: spark_jobs/export_backlog.py --mode drain "
+    "export the backlog by draining it instead: python -m clustermq.jobs.export_backlog --mode drain "
     "(a streaming read with Trigger.AvailableNow, acknowledged on commit)"
 )
 
@@ -83,9 +84,12 @@ class ClusterMQBatchReader(DataSourceReader):
         return f"ClusterMQBatchReader(queue={self.options.connection.queue!r})"
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One partition per node; with ``flavor=auto`` ask a node which broker it is first."""
+        """One partition per node, once a node answered: with ``flavor=auto`` it says which
+        broker the cluster runs; in any case a cluster none of whose nodes answers fails here,
+        with every node and why (:class:`NoNodeReachable`), not in one task with one node."""
+        dialect = detect_cluster_dialect(self.options)
         if configured_dialect(self.options.connection.flavor) is None:
-            detect_cluster_dialect(self.options).check_browse(DRAIN_HINT, where="the cluster: ")
+            dialect.check_browse(DRAIN_HINT, where="the cluster: ")
         return [NodePartition(i, n.name) for i, n in enumerate(self.options.connection.nodes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -95,17 +99,18 @@ class ClusterMQBatchReader(DataSourceReader):
 
 
 def detect_cluster_dialect(options: ReadOptions) -> BrokerDialect:
-    """The dialect of the first node that answers (all nodes of a cluster are one product)."""
+    """The dialect of the first node that answers (all nodes of a cluster are one product);
+    :class:`NoNodeReachable` naming every node and why when none does."""
     errors = []
     for node in options.connection.nodes:
         try:
             conn, connected = open_connection(node, options.connection)
         except NodeUnavailable as exc:
-            errors.append(str(exc))
+            errors.append(exc)
             continue
         close_connection(conn)
         return resolve_dialect(options.connection.flavor, connected.get("server"))
-    raise NodeUnavailable(options.connection.nodes[0], "no node reachable: " + "; ".join(errors))
+    raise no_node_reachable(f"for the batch read of queue '{options.connection.queue}'", errors)
 
 
 def _depth(node: Node, options: ReadOptions) -> int | None:
@@ -144,10 +149,10 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
                 frame = browser.next(options.browse_idle_timeout_s)
             except LinkLost:
                 if browser.reason.startswith(BROKER_ERROR):
-                    raise RuntimeError(f"broker node {node.name} refused the browse: {browser.error}") from None
+                    raise BrowseRefused(f"broker node {node.name} refused the browse: {browser.error}") from None
                 raise NodeUnavailable(node, f"connection lost during the browse, after {seen} messages") from None
             if frame is None:
-                raise TimeoutError(
+                raise BrowseTimeout(
                     f"broker node {node.name}: browse of '{conn_options.queue}' received nothing "
                     f"for {options.browse_idle_timeout_s:.0f} s after {seen} messages "
                     "(option browseIdleTimeout)"
@@ -172,7 +177,7 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
             f"messages but the queue holds {min(known)} there: ActiveMQ Classic shows a browser "
             "at most maxBrowsePageSize messages per destination (default 400) and no more than "
             "fit in its memory limit. Raise maxBrowsePageSize in the broker's destination policy "
-            f"(conf/classic/activemq.xml.tmpl sets 100000), or {DRAIN_HINT}"
+            f"(the local cluster's Classic template sets 100000), or {DRAIN_HINT}"
         )
     log.info("node %s: browsed %d messages of %s (depth %s before, %s after)", node.name, seen,
              conn_options.queue, depth_before, depth_after)

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from clustermq.broker.discovery import with_discovered
 from clustermq.broker.nodes import Node
-from clustermq.errors import NoNodeReachable
+from clustermq.broker.reachability import no_node_reachable
+from clustermq.errors import NodeUnavailable, NoNodeReachable
 from clustermq.options import ReadOptions
 from clustermq.read.arrivals import ArrivalCounter, AvailableNowTarget
 from clustermq.read.copies import RecentIds
@@ -82,14 +83,14 @@ class ClusterConsumer:
         """Connect to every node at once; fail only if none answers."""
         if self._started:
             return
-        errors: list[str] = []
+        errors: list[NodeUnavailable] = []
         for wave in connect_order(self.subscriptions):  # priorityNodes first, see priority.py
             with ThreadPoolExecutor(max_workers=len(wave)) as pool:
                 errors += [r for r in pool.map(first_connect, wave) if r is not None]
         if not any(s.connected for s in self.subscriptions):
             for sub in self.subscriptions:
                 sub.stop()
-            raise NoNodeReachable("clustermq: no broker node is reachable: " + "; ".join(errors))
+            raise no_node_reachable(f"to start reading queue '{self.options.connection.queue}'", errors)
         for error in errors:
             log.warning("clustermq: %s; reconnecting in the background", error)
         for sub in self.subscriptions:

@@ -33,17 +33,17 @@ from clustermq.read.subscription import NodeSubscription
 log = logging.getLogger("clustermq.membership")
 
 
-def first_connect(sub: NodeSubscription) -> str | None:
+def first_connect(sub: NodeSubscription) -> NodeUnavailable | None:
     """A subscription's first connection, at the query's start or when its node joined: the
-    error, or ``None``. A failure is recorded so that its reconnect, in the background, counts
-    "reconnected after N s" from this attempt."""
+    error (naming the node and why), or ``None``. A failure is recorded so that its reconnect,
+    in the background, counts "reconnected after N s" from this attempt."""
     try:
         sub.connect_once()
         return None
     except NodeUnavailable as exc:
         sub.last_error = str(exc)
         sub.lost_at = time.monotonic()
-        return str(exc)
+        return exc
 
 
 class MembershipWatch:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from clustermq.errors import CheckpointError
+
 NodeOffsets = dict[str, int]
 
 
@@ -25,7 +27,10 @@ def parse_offsets(offset: Mapping[str, object] | None, node_names: Iterable[str]
     values: dict[str, int] = {}
     for name, value in (offset or {}).items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"corrupt clustermq offset for node '{name}': {value!r}")
+            raise CheckpointError(f"corrupt clustermq offset for node '{name}' in the checkpoint: "
+                                  f"{value!r} (expected a count >= 0); the checkpoint was damaged "
+                                  "or written by another source: start the query with a new "
+                                  "checkpointLocation")
         values[name] = value
     return make_offsets(values, node_names)
 

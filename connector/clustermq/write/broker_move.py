@@ -34,6 +34,7 @@ from typing import TypeVar
 from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import BrokerDialect, resolve_dialect
 from clustermq.broker.listener import Inbox
+from clustermq.broker.reachability import no_node_reachable
 from clustermq.broker.request import Requester
 from clustermq.errors import DepthError, MoveError, NodeUnavailable
 from clustermq.options import WriteOptions
@@ -64,19 +65,27 @@ def _managed(options: WriteOptions, index: int, work: Callable[[Requester, Broke
         close_connection(conn)
 
 
-def probe_attempt_staging(options: WriteOptions) -> bool:
+def probe_attempt_staging(options: WriteOptions, unreachable_fails: bool = False) -> bool:
     """Whether the job's tasks stage per attempt for a move inside the broker: the first node
-    that answers says whether the login may manage queues there."""
+    that answers says whether the login may manage queues there.
+
+    When no node answers: with ``unreachable_fails`` (a batch write, asked once on the driver
+    before any task runs) :class:`NoNodeReachable` naming every node and why; otherwise
+    ``False`` (a streaming writer asks while Spark pickles it: its tasks report the nodes).
+    """
     if options.direct:
         return False
+    failures = []
     for index in range(len(options.connection.nodes)):
         try:
             return _managed(options, index, lambda requests, dialect: dialect.can_manage(requests))
-        except NodeUnavailable:
-            continue
+        except NodeUnavailable as exc:
+            failures.append(exc)
         except DepthError:
             return False
-    return False
+    if not unreachable_fails:
+        return False
+    raise no_node_reachable(f"for writing to queue '{options.connection.queue}'", failures)
 
 
 def move_attempts(

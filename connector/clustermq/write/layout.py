@@ -29,7 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from clustermq.errors import OptionError
+from clustermq.errors import InputError
 from clustermq.options import WriteOptions
 from clustermq.write.headers import CLUSTERMQ_PREFIX
 
@@ -93,31 +93,32 @@ def check_header_name(name: str, group_header: str) -> str | None:
 
 
 def _role_column(role: str, field: Any) -> str:
-    """``field``'s name if its type suits ``role``; ``OptionError`` naming it if not."""
+    """``field``'s name if its type suits ``role``; ``InputError`` naming it if not."""
     types, expected = ROLE_TYPES[role]
     ok = isinstance(field.dataType, types)
     if ok and role == "headers":
         ok = isinstance(field.dataType.keyType, StringType) and isinstance(field.dataType.valueType, StringType)
     if not ok:
-        raise OptionError(
+        raise InputError(
             f"input column '{field.name}' must be {expected}, not {_type_name(field.dataType)}"
         )
     return str(field.name)
 
 
 def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
-    """Check the DataFrame's columns on the driver; raise ``OptionError`` naming the column."""
+    """Check the DataFrame's columns on the driver; raise ``InputError`` naming the column
+    (the fix is in the DataFrame, not in an option)."""
     by_name: dict[str, Any] = {}
     for f in schema.fields:
         by_name[f.name.lower()] = f
     if "body" not in by_name:
-        raise OptionError(
+        raise InputError(
             "the clustermq writer needs a 'body' column (binary or string); input columns: "
             + ", ".join(f.name for f in schema.fields)
         )
     body = by_name["body"]
     if not isinstance(body.dataType, (BinaryType, StringType)):
-        raise OptionError(
+        raise InputError(
             f"input column '{body.name}' must be binary or string, not {_type_name(body.dataType)}"
         )
     roles = {role: _role_column(role, by_name[role]) if role in by_name else None for role in ROLE_TYPES}
@@ -125,7 +126,7 @@ def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
     group_header = options.connection.group_id_header
     if extra and not options.headers_from_columns:
         names = ", ".join(f"'{f.name}'" for f in extra)
-        raise OptionError(
+        raise InputError(
             f"input column {names} is not a clustermq writer column (allowed: "
             f"{', '.join(WRITE_COLUMNS)}); drop it, or set headersFromColumns=true to send "
             "it as a message header"
@@ -133,9 +134,9 @@ def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
     for f in extra:
         why = check_header_name(f.name, group_header)
         if why:
-            raise OptionError(f"input column '{f.name}' cannot become a header: the name {why}")
+            raise InputError(f"input column '{f.name}' cannot become a header: the name {why}")
         if not isinstance(f.dataType, HEADER_VALUE_TYPES):
-            raise OptionError(
+            raise InputError(
                 f"input column '{f.name}' cannot become a header: type "
                 f"{_type_name(f.dataType)} is not a string, number, boolean, date or timestamp"
             )

@@ -32,7 +32,7 @@ from clustermq.options import LOAD_BALANCING_POLICIES
 def task_node(policy: str, nodes: int, job_key: str, partition: int) -> int:
     """The node index a task sends its rows without a group id to (before failover)."""
     if nodes < 1:
-        raise ValueError(f"nodes must be >= 1, got {nodes}")
+        raise OptionError(f"option 'brokers': no node to write to (got {nodes})")
     if policy == "roundRobin":
         return (group_hash(job_key) + partition) % nodes
     if policy == "random":
@@ -48,6 +48,8 @@ def task_node(policy: str, nodes: int, job_key: str, partition: int) -> int:
 
 def group_node(group_id: str, nodes: int) -> int:
     """The node index every row of ``group_id`` goes to (before failover)."""
+    if nodes < 1:
+        raise OptionError(f"option 'brokers': no node to write to (got {nodes})")
     return bucket_for_group(group_id, nodes)
 
 

@@ -41,8 +41,9 @@ class ClusterMQBatchWriter(DataSourceArrowWriter):
         self.options = options
         self.layout = layout
         self.job_id = uuid.uuid4().hex
-        #: whether the commit moves inside the broker, so each task attempt stages apart
-        self.attempt_staging = probe_attempt_staging(options)
+        #: whether the commit moves inside the broker, so each task attempt stages apart (and
+        #: ``NoNodeReachable`` now, before any task, when no node answers)
+        self.attempt_staging = probe_attempt_staging(options, unreachable_fails=True)
 
     def __repr__(self) -> str:
         return f"ClusterMQBatchWriter(queue={self.options.connection.queue!r}, job={self.job_id})"

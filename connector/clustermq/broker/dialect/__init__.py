@@ -11,6 +11,7 @@ from clustermq.broker.dialect.amqp import ArtemisAmqpDialect, ClassicAmqpDialect
 from clustermq.broker.dialect.artemis import ArtemisDialect
 from clustermq.broker.dialect.base import BrokerDialect
 from clustermq.broker.dialect.classic import ClassicDialect
+from clustermq.errors import OptionError
 
 #: every dialect by the ``flavor`` option's value for it
 DIALECTS: dict[str, BrokerDialect] = {"classic": ClassicDialect(), "artemis": ArtemisDialect()}
@@ -25,7 +26,7 @@ def detect_dialect(server_header: str | None) -> BrokerDialect:
         return DIALECTS["artemis"]
     if server.startswith("activemq"):
         return DIALECTS["classic"]
-    raise ValueError(
+    raise OptionError(
         f"option 'flavor': cannot tell the broker kind from server header '{server_header}'; "
         "set flavor to classic or artemis"
     )

@@ -1,4 +1,5 @@
-"""Scenario (c) of the read comparison: what ``spark_jobs/queue_to_delta.py`` does, in process.
+"""Scenario (c) of the read comparison: what the ``queue_to_delta`` job
+(``clustermq.jobs.queue_to_delta``) does, in process.
 
 The job's own ``main`` builds and stops its session; the benchmark needs the session it already
 has (and its JVM for the memory probe), so it assembles the same pieces: the reader, the job's

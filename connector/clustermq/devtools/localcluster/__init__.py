@@ -2,8 +2,8 @@
 
 The connector's whole point is a *cluster* of brokers, so tests and demos need several real
 brokers networked together on one machine, with nodes that can be killed and restarted. This
-package fetches the broker distribution (via Maven), renders per-node configs from the
-templates in ``conf/<flavor>/``, runs one JVM per node and records everything in
+package runs the broker distribution that ``clustermq cluster fetch`` put in the cache, renders
+per-node configs from the package's templates (``templates/<flavor>/``), runs one JVM per node and records everything in
 ``<dir>/cluster.json``.
 """
 
@@ -14,6 +14,7 @@ from clustermq.devtools.localcluster.clusterdir import ClusterStartError
 from clustermq.devtools.localcluster.fetch import (
     ARTEMIS_VERSION,
     CLASSIC_VERSION,
+    distribution_home,
     ensure_distribution,
 )
 from clustermq.devtools.localcluster.flavor import BrokerFlavor
@@ -30,6 +31,7 @@ __all__ = [
     "LocalCluster",
     "cache_dir",
     "default_cluster_dir",
+    "distribution_home",
     "ensure_distribution",
     "get_flavor",
 ]

@@ -2,7 +2,7 @@
 
 Instances are not made with ``artemis create``: every file a node needs (``broker.xml``,
 ``bootstrap.xml``, ``management.xml``, JAAS ``login.config`` with its users/roles files, ``log4j2.properties``) is
-rendered from ``conf/artemis/`` into ``<node dir>/etc``, which is faster, keeps every knob in
+rendered from the package's ``templates/artemis/`` into ``<node dir>/etc``, which is faster, keeps every knob in
 the repository, and lets the harness put absolute node paths and dynamic ports straight in. The
 node runs as one ``java ... org.apache.activemq.artemis.boot.Artemis run`` process (what the
 instance's ``bin/artemis`` script execs), so the recorded pid is the broker itself.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from clustermq.devtools.localcluster import process
 from clustermq.devtools.localcluster.classic import java_executable
-from clustermq.devtools.localcluster.fetch import ARTEMIS_VERSION, ensure_distribution
+from clustermq.devtools.localcluster.fetch import ARTEMIS_VERSION, distribution_home
 from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
 from clustermq.devtools.localcluster.pairs import is_paired, logical_index, member_label, store_dir
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
@@ -101,7 +101,7 @@ class ArtemisFlavor(BrokerFlavor):
     name = "artemis"
 
     def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
-        return ensure_distribution("artemis", progress=progress), ARTEMIS_VERSION
+        return distribution_home("artemis"), ARTEMIS_VERSION
 
     def jms_client(
         self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from clustermq.devtools.localcluster import process
-from clustermq.devtools.localcluster.fetch import CLASSIC_VERSION, ensure_distribution
+from clustermq.devtools.localcluster.fetch import CLASSIC_VERSION, distribution_home
 from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
 from clustermq.devtools.localcluster.pairs import LOCK_ACQUIRE_SLEEP_MS, is_paired, members, store_dir
 from clustermq.devtools.localcluster.paths import jdk_tool
@@ -112,7 +112,7 @@ class ClassicFlavor(BrokerFlavor):
     name = "classic"
 
     def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
-        return ensure_distribution("classic", progress=progress), CLASSIC_VERSION
+        return distribution_home("classic"), CLASSIC_VERSION
 
     def jms_client(
         self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,

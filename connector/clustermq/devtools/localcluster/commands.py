@@ -226,9 +226,10 @@ def add_cluster_parsers(subparsers: argparse._SubParsersAction[argparse.Argument
     dir_help = f"cluster directory (default: {default_dir})"
 
     cluster = subparsers.add_parser("cluster", help="run a local broker cluster for development and tests")
-    actions = cluster.add_subparsers(dest="cluster_command", metavar="{up,status,down,kill,start,add,stop}")
+    actions = cluster.add_subparsers(dest="cluster_command", metavar="{fetch,up,status,down,kill,start,add,stop}")
     actions.required = True
 
+    actions.add_parser("fetch", add_help=False, help="download the broker distributions (Maven) into the cache")
     up = actions.add_parser("up", help="start a fresh local cluster; prints the brokers string last")
     up.add_argument("--nodes", type=int, default=3, help="number of broker nodes (default: 3)")
     up.add_argument("--flavor", choices=["classic", "artemis"], default="classic",

@@ -1,23 +1,32 @@
 """Download and unpack broker distributions from Maven Central, once per machine.
 
+``clustermq cluster fetch`` (:func:`main`; ``make setup`` runs it in a checkout) is the one step
+that downloads; starting a cluster only locates
+the distribution (:func:`distribution_home`) and, when it is missing, fails naming that command,
+so a cluster start never turns into a download of tens of megabytes.
+
 Maven is the one artifact client this project's machines are guaranteed to reach, and its local
 repository (``~/.m2``) already de-duplicates downloads, so the broker comes from there rather than
-from an Apache mirror. The unpacked tree is cached; concurrent callers (two pytest workers, a test
-and the CLI) serialise on a lock file and the tree only ever appears by an atomic rename, so a
-reader never sees a half-extracted distribution, even after a crash mid-extraction.
+from an Apache mirror. The unpacked tree is cached (:func:`clustermq.paths.cache_dir`);
+concurrent callers (two pytest workers, a test and the CLI) serialise on a lock file and the
+tree only ever appears by an atomic rename, so a reader never sees a half-extracted
+distribution, even after a crash mid-extraction.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from clustermq.errors import NotInstalled
 from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
 
 CLASSIC_VERSION = "5.18.3"
@@ -27,6 +36,8 @@ ARTEMIS_VERSION = "2.40.0"
 """Pinned ActiveMQ Artemis version: a recent 2.x that runs on Java 17 (the machines' JDK) and
 whose ``bin`` tarball is on Maven Central; the Artemis facts in docs/design.md were measured on it."""
 
+#: The command that fetches the distributions, named by the error about a missing one.
+FETCH_COMMAND = "clustermq cluster fetch"
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,32 @@ DISTRIBUTIONS: dict[str, Distribution] = {
 }
 
 
+def _distribution(flavor: str) -> Distribution:
+    try:
+        return DISTRIBUTIONS[flavor]
+    except KeyError:
+        raise NotImplementedError(
+            f"no broker distribution for flavor '{flavor}' yet; available: "
+            f"{', '.join(sorted(DISTRIBUTIONS))}"
+        ) from None
+
+
+def distribution_home(flavor: str = "classic", cache: Path | None = None) -> Path:
+    """The home directory of the unpacked ``flavor`` distribution, never fetching it.
+
+    :class:`NotInstalled` naming ``clustermq cluster fetch`` when it is not in the cache.
+    """
+    dist = _distribution(flavor)
+    final = (cache or cache_dir()) / "dist" / dist.top_dir
+    if (final / COMPLETE_MARKER).is_file():
+        return final
+    raise NotInstalled(
+        f"the {flavor} broker distribution ({dist.top_dir}) is not in {final.parent}; run "
+        f"`{FETCH_COMMAND} --flavor {flavor}` once (it needs Maven and Maven Central; in a "
+        f"checkout `make setup` does it; CLUSTERMQ_CACHE moves the cache)"
+    )
+
+
 def ensure_distribution(
     flavor: str = "classic",
     cache: Path | None = None,
@@ -64,13 +101,7 @@ def ensure_distribution(
 
     Idempotent and safe to call from several processes at once.
     """
-    try:
-        dist = DISTRIBUTIONS[flavor]
-    except KeyError:
-        raise NotImplementedError(
-            f"no broker distribution for flavor '{flavor}' yet; available: "
-            f"{', '.join(sorted(DISTRIBUTIONS))}"
-        ) from None
+    dist = _distribution(flavor)
     root = (cache or cache_dir()) / "dist"
     final = root / dist.top_dir
     if (final / COMPLETE_MARKER).is_file():
@@ -97,8 +128,6 @@ def ensure_distribution(
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return final
-
-
 
 
 def _maven_copy(artifact: str, out_dir: Path) -> Path:
@@ -140,3 +169,24 @@ def _extract(archive: Path, dest: Path) -> None:
                     raise RuntimeError(f"unsafe path in {archive.name}: {member.name}")
             tar.extractall(dest)
 
+
+def main(argv: list[str] | None = None) -> int:
+    """``clustermq cluster fetch [--flavor F ...]``: fetch and unpack the broker distributions
+    (once; later runs only locate them), then print each one's home directory."""
+    parser = argparse.ArgumentParser(
+        prog=FETCH_COMMAND,
+        description="Fetch and unpack the broker distributions the local cluster runs (once; later "
+                    "runs only locate them), then print each one's home directory.",
+        epilog=f"Distributions go to {cache_dir() / 'dist'} (CLUSTERMQ_CACHE moves it). Needs Maven "
+               "('mvn') and access to Maven Central, or the artifacts already in ~/.m2.")
+    parser.add_argument("--flavor", action="append", choices=list(DISTRIBUTIONS),
+                        help="the broker to fetch; repeatable (default: every flavor)")
+    args = parser.parse_args(argv)
+    for flavor in dict.fromkeys(args.flavor or DISTRIBUTIONS):
+        try:
+            home = ensure_distribution(flavor, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        except (RuntimeError, OSError) as exc:
+            print(f"clustermq: error: fetching the {flavor} distribution: {exc}", file=sys.stderr)
+            return 1
+        print(home, flush=True)
+    return 0

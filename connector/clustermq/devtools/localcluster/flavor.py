@@ -26,7 +26,7 @@ class BrokerFlavor(ABC):
 
     @abstractmethod
     def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
-        """Fetch the distribution if needed; return (home directory, version)."""
+        """Locate the distribution (``clustermq cluster fetch`` fetches it); return (home directory, version)."""
 
     @abstractmethod
     def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:

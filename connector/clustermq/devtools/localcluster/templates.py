@@ -1,4 +1,8 @@
-"""Fill ``{{name}}`` placeholders in the broker config templates under ``conf/``.
+"""Fill ``{{name}}`` placeholders in the broker config templates (``templates/<flavor>/``).
+
+The templates are package data, read with :mod:`importlib.resources`, so ``clustermq cluster
+up`` works from a wheel as well as from a checkout: nothing is looked up relative to a
+repository.
 
 Deliberately tiny and strict: a placeholder without a value is an error, so a template edit that
 introduces a new knob cannot silently produce a config containing a literal ``{{...}}``.
@@ -8,11 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from clustermq.paths import conf_dir
+from clustermq.errors import NotInstalled
 
+#: The package whose ``templates/`` folder holds the templates (package data in the wheel).
+TEMPLATE_PACKAGE = "clustermq.devtools.localcluster"
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -30,8 +37,19 @@ def render(text: str, values: Mapping[str, object]) -> str:
 
 
 def load_template(flavor: str, name: str) -> str:
-    """The text of ``conf/<flavor>/<name>``."""
-    return (conf_dir() / flavor / name).read_text()
+    """The text of the package's ``templates/<flavor>/<name>``.
+
+    :class:`NotInstalled` when it is not there: an installation that lost its package data
+    (a wheel built without it), which a reinstall fixes, not a code change.
+    """
+    resource = resources.files(TEMPLATE_PACKAGE) / "templates" / flavor / name
+    try:
+        return resource.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotInstalled(
+            f"the broker config template {flavor}/{name} is missing from the installed package "
+            f"({TEMPLATE_PACKAGE}: templates/); reinstall clustermq (pip install --force-reinstall clustermq)"
+        ) from None
 
 
 def write_file(path: Path, text: str, mode: int = 0o600) -> None:

@@ -1,8 +1,8 @@
 """The queue → Delta pipeline assembled: the clustermq reader, the idempotent Delta sink, the
 trigger, the checkpoint.
 
-``spark_jobs/queue_to_delta.py`` and the demo both start it through :func:`start_queue_to_delta`,
-so the demo and the tests run exactly what the job runs.
+The ``queue_to_delta`` job (:mod:`clustermq.jobs.queue_to_delta`) and the demo both start it
+through :func:`start_queue_to_delta`, so the demo and the tests run exactly what the job runs.
 """
 
 from __future__ import annotations
