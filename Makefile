@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup tools brokers delta lint test unit demo bench clean
+.PHONY: setup tools brokers delta lint test unit flake demo bench clean
 
 setup: tools $(STAMP) brokers delta
 
@@ -42,6 +42,13 @@ test: setup lint
 # by the processes its fixtures start): seconds, run them often.
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not cluster and not spark" -p no:cacheprovider
+
+# Pass rate per test over RUNS runs in a row (scripts/flake.py), LOAD=1 with one core kept busy
+# as on a shared CI machine: make flake TESTS="tests/test_pairs.py -k killed" RUNS=20 LOAD=1
+RUNS ?= 10
+TESTS ?= tests
+flake: setup
+	$(BIN)/python scripts/flake.py --runs $(RUNS) $(if $(filter 1,$(LOAD)),--load) $(TESTS)
 
 # Both flavors, every comparison as 3 alternating baseline/candidate runs: 0.3 of the full sizes
 # (60,000 messages per run, 300,000 for memory) took 13.1 min on 2 cores shared with other work

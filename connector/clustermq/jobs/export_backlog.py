@@ -35,12 +35,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from clustermq.jobs.runner import job_parser, positive_int, quiet_spark_failure_logs, run_job
+from clustermq.jobs.runner import job_parser, positive_int, run_spark_job, session_for_format
 from clustermq.options import ReadOptions
-from clustermq.pipelines.delta_session import delta_session
 from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
-from clustermq.pipelines.jobs import job_logging, parse_key_values, reader_options
-from clustermq.pipelines.session import job_session
+from clustermq.pipelines.jobs import parse_key_values, reader_options
 from clustermq.pipelines.streaming import StreamProgress, measure_backlog, run_until_done
 
 NAME = "export_backlog"
@@ -150,28 +148,10 @@ def _drain(spark: Any, args: argparse.Namespace, backlog: int | None) -> int:
     return progress.done if sink is None else sink.totals.written
 
 
-def session_for(args: argparse.Namespace) -> Any:
-    """A session with Delta for Delta output; a plain job session for Parquet, which must work
-    where Delta is not installed."""
-    app = "clustermq-export-backlog"
-    return delta_session(app) if args.format == "delta" else job_session(app)
-
-
 def main(argv: list[str] | None = None) -> int:
     """The job: flags (``argv``, default ``sys.argv[1:]``) to exit code; see the module docstring."""
-
-    def body() -> int:
-        args = parse_args(argv)
-        job_logging()
-        spark = session_for(args)
-        try:
-            quiet_spark_failure_logs(spark)
-            run(spark, args)
-        finally:
-            spark.stop()
-        return 0
-
-    return run_job(NAME, body)
+    return run_spark_job(NAME, argv, parse_args,
+                         lambda args: session_for_format("clustermq-export-backlog", args.format), run)
 
 
 if __name__ == "__main__":

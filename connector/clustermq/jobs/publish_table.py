@@ -30,10 +30,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
-from clustermq.jobs.runner import job_parser, quiet_spark_failure_logs, run_job
-from clustermq.pipelines.delta_session import delta_session
-from clustermq.pipelines.jobs import credentials_from_env, job_logging, parse_key_values
-from clustermq.pipelines.session import job_session
+from clustermq.jobs.runner import job_parser, run_spark_job, session_for_format
+from clustermq.pipelines.jobs import credentials_from_env, parse_key_values
 
 NAME = "publish_table"
 FORMATS = ("delta", "parquet")
@@ -109,28 +107,10 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     return count
 
 
-def session_for(args: argparse.Namespace) -> Any:
-    """A session with Delta for a Delta input; a plain job session for Parquet, which must work
-    where Delta is not installed."""
-    app = "clustermq-publish-table"
-    return delta_session(app) if args.format == "delta" else job_session(app)
-
-
 def main(argv: list[str] | None = None) -> int:
     """The job: flags (``argv``, default ``sys.argv[1:]``) to exit code; see the module docstring."""
-
-    def body() -> int:
-        args = parse_args(argv)
-        job_logging()
-        spark = session_for(args)
-        try:
-            quiet_spark_failure_logs(spark)
-            run(spark, args)
-        finally:
-            spark.stop()
-        return 0
-
-    return run_job(NAME, body)
+    return run_spark_job(NAME, argv, parse_args,
+                         lambda args: session_for_format("clustermq-publish-table", args.format), run)
 
 
 if __name__ == "__main__":

@@ -34,13 +34,12 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from clustermq.errors import JobConfigError
-from clustermq.jobs.runner import job_parser, quiet_spark_failure_logs, run_job
+from clustermq.jobs.runner import job_parser, run_spark_job
 from clustermq.pipelines.body_parse import body_parse_from_flags
 from clustermq.pipelines.delta_session import delta_session
 from clustermq.pipelines.delta_sink import DEDUPE_SCOPES, BatchReport
 from clustermq.pipelines.delta_stream import start_queue_to_delta
 from clustermq.pipelines.jobs import (
-    job_logging,
     load_config,
     merge_settings,
     parse_key_values,
@@ -153,18 +152,8 @@ def main(
     after_commit: CommitHook | None = None,
 ) -> int:
     """The job: flags (``argv``, default ``sys.argv[1:]``) to exit code; see the module docstring."""
-
-    def body() -> int:
-        args = parse_args(argv)
-        job_logging()
-        spark = delta_session("clustermq-queue-to-delta")
-        try:
-            quiet_spark_failure_logs(spark)
-            return run(spark, args, on_report, after_commit)
-        finally:
-            spark.stop()
-
-    return run_job(NAME, body)
+    return run_spark_job(NAME, argv, parse_args, lambda _: delta_session("clustermq-queue-to-delta"),
+                         lambda spark, args: run(spark, args, on_report, after_commit))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from clustermq.jobs.runner import job_parser, positive_int, quiet_spark_failure_logs, run_job
-from clustermq.pipelines.jobs import job_logging, parse_key_values, reader_options
+from clustermq.jobs.runner import job_parser, positive_int, run_spark_job
+from clustermq.pipelines.jobs import parse_key_values, reader_options
 from clustermq.pipelines.session import job_session
 from clustermq.pipelines.streaming import apply_trigger, check_trigger, run_until_done
 
@@ -69,18 +69,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """The job: flags (``argv``, default ``sys.argv[1:]``) to exit code; see the module docstring."""
 
-    def body() -> int:
-        args = parse_args(argv)
-        job_logging()
-        spark = job_session("clustermq-queue-to-parquet")
-        try:
-            quiet_spark_failure_logs(spark)
-            return run(spark, args)
-        finally:
-            spark.stop()
-
-    return run_job(NAME, body)
-
+    return run_spark_job(NAME, argv, parse_args, lambda _: job_session("clustermq-queue-to-parquet"), run)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,7 +28,9 @@ from typing import Any, NoReturn
 from clustermq import errors
 from clustermq.errors import ClusterMQError, DeltaJarsMissing, JobConfigError, NotInstalled, OptionError
 from clustermq.logs import LOG_LEVEL_ENV
-from clustermq.pipelines.jobs import PASSWORD_ENV
+from clustermq.pipelines.delta_session import delta_session
+from clustermq.pipelines.jobs import PASSWORD_ENV, job_logging
+from clustermq.pipelines.session import job_session
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +186,38 @@ def run_job(name: str, body: Callable[[], int | None]) -> int:
         print(f"{name}: error: {failure.cause}", file=sys.stderr, flush=True)
         return failure.exit_code
     return 0 if code is None else code
+
+
+def run_spark_job(
+    name: str,
+    argv: list[str] | None,
+    parse: Callable[[list[str] | None], argparse.Namespace],
+    session: Callable[[argparse.Namespace], Any],
+    work: Callable[[Any, argparse.Namespace], object],
+) -> int:
+    """Every job's ``main``: parse the flags, start the session, run ``work``, and stop the
+    session whatever happens, all under :func:`run_job`'s one-line failure report. ``work``
+    returns what it produced (a count, for callers in-process); a job that returns has
+    succeeded, so its exit code is 0."""
+
+    def body() -> int:
+        args = parse(argv)
+        job_logging()
+        spark = session(args)
+        try:
+            quiet_spark_failure_logs(spark)
+            work(spark, args)
+        finally:
+            spark.stop()
+        return 0
+
+    return run_job(name, body)
+
+
+def session_for_format(app: str, table_format: str) -> Any:
+    """A session with Delta for a Delta table; a plain job session for Parquet, which must work
+    where Delta is not installed."""
+    return delta_session(app) if table_format == "delta" else job_session(app)
 
 
 def quiet_spark_failure_logs(spark: Any) -> None:
