@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from clustermq.broker.settings import ConnectionOptions
+    from clustermq.broker.connection_options import ConnectionOptions
     from clustermq.devtools.localcluster import LocalCluster
     from spark_standalone import StandaloneCluster
 
@@ -77,7 +78,15 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # A run stopped with SIGTERM (a CI timeout, ``kill``) would otherwise die without its
+    # fixtures' teardown and leave its brokers and Spark servers running; as an interrupt,
+    # pytest tears down as after Ctrl-C and every process is stopped by pid.
+    signal.signal(signal.SIGTERM, _interrupt)
     config.addinivalue_line(
         "markers",
         "flavors(*names): run only against these broker flavors; the test's other flavor "
@@ -134,7 +143,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     write = terminalreporter.write_line
     terminalreporter.section("clustermq: what failed and where its logs are", sep="=")
     for report in failed:
-        write(f"  {report.when:8} {report.nodeid}  ({report.duration:.0f} s)")
+        write(f"  {report.when:8} {report.nodeid}  ({getattr(report, 'duration', 0.0):.0f} s)")
     basetemp = terminalreporter.config.getoption("basetemp", None)
     if basetemp and Path(basetemp).is_dir():
         clusters = sorted({log.parent.parent for log in Path(basetemp).glob("**/node*/broker.log")})

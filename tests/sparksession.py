@@ -1,7 +1,7 @@
 """The test suite's SparkSessions: the fixture's, the CDS archive run's and the test drivers'.
 
 The suite builds its sessions here rather than with the jobs' builder
-(``clustermq.pipelines.session.job_session``), so the jobs' session can follow how jobs are
+(``clustermq.pipelines.spark_session.job_session``), so the jobs' session can follow how jobs are
 deployed while the tests keep a small local one. Delta's settings come from
 ``clustermq.pipelines.delta_session``, the one place they are defined.
 """
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from clustermq.pipelines.delta_session import delta_conf
-from clustermq.pipelines.session import LOCAL_TUNING
+from clustermq.pipelines.spark_session import LOCAL_TUNING
 
 
 def local_session(

@@ -130,7 +130,7 @@ def test_amqp_lost_connection_emits_the_planned_and_the_broker_redelivers_them(b
     from clustermq.options import ReadOptions
     from clustermq.read.consumer import ClusterConsumer
     from tcpproxy import TcpProxy
-    from test_reader_faults import wait_for
+    from waits import wait_for
 
     queue, count, planned = new_queue("amqploss"), 300, 100
     produce_groups(broker, tmp_path, queue, {"gL": (0, count, 0)})

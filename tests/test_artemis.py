@@ -24,6 +24,7 @@ import pytest
 import stomp
 
 from conftest import cluster_flavors
+from waits import poll
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,18 +44,6 @@ def ON_ARTEMIS(test: F) -> F:
 
 def new_queue(tag: str) -> str:
     return f"test.artemis.{tag}.{uuid.uuid4().hex[:8]}"
-
-
-def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Call ``check`` until it returns something truthy; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Frames(stomp.ConnectionListener):
@@ -137,7 +126,7 @@ def total_depth(broker: Any, queue: str) -> int:
 
 @ON_ARTEMIS
 def test_cluster_is_configured_as_the_issue_asks(broker: Any) -> None:
-    from clustermq.devtools.localcluster.artemis import ArtemisFlavor
+    from clustermq.devtools.localcluster.artemis_flavor import ArtemisFlavor
     from clustermq.devtools.localcluster.stompprobe import stomp_connect
 
     cluster = broker.cluster
@@ -162,7 +151,7 @@ def test_cluster_is_configured_as_the_issue_asks(broker: Any) -> None:
         assert state.password not in xml  # derived from the client password, which is not in it
         for secret in ("broker.xml", "artemis-users.properties"):
             assert stat.S_IMODE((etc / secret).stat().st_mode) == 0o600
-        log = cluster._log_since(node.index, node.log_offset)
+        log = cluster.log_since(node.index, node.log_offset)
         assert ArtemisFlavor().connected_peers(state, node, log) == names - {node.name}
     # login is required, and only the cluster's user gets in
     first = state.nodes[0]
@@ -281,6 +270,7 @@ def test_broker_drops_a_retried_writer_task_by_duplicate_id(broker: Any) -> None
     from clustermq.options import WriteOptions
     from clustermq.write.headers import ID_HEADER, staging_queue
     from clustermq.write.layout import InputLayout
+    from clustermq.write.modes import JobStaging
     from clustermq.write.staging import StagedTask, move_job
     from clustermq.write.task import TaskIdentity, write_task
 
@@ -293,7 +283,7 @@ def test_broker_drops_a_retried_writer_task_by_duplicate_id(broker: Any) -> None
     node0 = broker.cluster.nodes()[0].name
     for attempt in (0, 1):
         message = write_task(options, InputLayout(body="body", body_is_text=True),
-                             TaskIdentity(job, 7, 0, attempt), _bodies(count))
+                             TaskIdentity(job, 7, 0, attempt), _bodies(count), JobStaging())
         assert message.counts == {0: count}
         moves = move_job(options, job, [StagedTask(message.task_tag, message.counts)], queue)
         assert [(m.node, m.moved, m.error) for m in moves] == [(node0, count, None)]  # sent twice
@@ -371,7 +361,7 @@ def test_artemis_dialect_refuses_browse_and_reads_its_own_headers() -> None:
 
 def test_bridge_log_lines_give_the_connected_peers() -> None:
     """The readiness mesh check reads Artemis's bridge log lines (formats as logged by 2.40.0)."""
-    from clustermq.devtools.localcluster.artemis import (
+    from clustermq.devtools.localcluster.artemis_flavor import (
         ArtemisFlavor,
         cluster_password,
         properties_escape,

@@ -42,7 +42,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from clustermq.devtools.bench.probes import MemorySampler
-from test_reader_faults import wait_for
+from waits import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 

@@ -40,22 +40,23 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.dialect import resolve_dialect
 from clustermq.broker.queue_names import MAX_QUEUE_NAME_BYTES
+from clustermq.broker.stomp_connection import close_connection, open_connection
 from clustermq.errors import NodeUnavailable
 from clustermq.options import WriteOptions, parse_connection_options
 from clustermq.write.layout import InputLayout
+from clustermq.write.modes import JobStaging
 from clustermq.write.publisher import MessageRefused
 from clustermq.write.task import TaskIdentity, write_task
 from test_reader import drain, new_queue
-from test_reader_faults import wait_for
+from waits import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: transport.maxFrameSize of the local cluster's Classic templates
-#: (clustermq.devtools.localcluster.classic.MAX_FRAME_SIZE)
+#: (clustermq.devtools.localcluster.classic_flavor.MAX_FRAME_SIZE)
 CLASSIC_MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -209,7 +210,7 @@ def test_a_name_the_broker_refuses_is_reported_with_the_row_and_every_node(broke
     batches = iter([pa.RecordBatch.from_arrays([pa.array([b"m0", b"m1"])], names=["body"])])
     with pytest.raises(MessageRefused) as err:
         write_task(options, InputLayout(body="body", body_is_text=False),
-                   TaskIdentity(uuid.uuid4().hex, 0, 0, 0), batches)
+                   TaskIdentity(uuid.uuid4().hex, 0, 0, 0), batches, JobStaging())
     text = str(err.value)
     assert "row 0 of partition 0" in text and "was refused by the brokers" in text
     assert text.count("The maximum header length was exceeded") == len(broker.cluster.nodes())
@@ -408,7 +409,7 @@ def test_poison_messages_are_kept_in_corrupt_never_dropped(
     poison rows with ``_corrupt`` set and parsed columns null, counted; the queue ends empty."""
     from clustermq.pipelines.delta_sink import BatchReport
     from clustermq.pipelines.delta_stream import start_queue_to_delta
-    from clustermq.pipelines.jobs import reader_options
+    from clustermq.pipelines.job_config import reader_options
     from clustermq.pipelines.streaming import run_until_done
 
     queue, good = new_queue("qpoison"), 30

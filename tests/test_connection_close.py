@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from clustermq.broker.connection import close_connection, open_connection
+from clustermq.broker.stomp_connection import close_connection, open_connection
 from clustermq.options import parse_connection_options
 
 pytestmark = [pytest.mark.cluster]

@@ -23,7 +23,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from test_pipelines import batch_files, finish, job_command, job_env, start_job, tail
-from test_reader_faults import RESTART_IDLE_OPTION, kill_group, wait_for
+from test_reader_faults import RESTART_IDLE_OPTION, kill_group
+from waits import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 from clustermq import errors
-from clustermq.broker.connection import open_connection
 from clustermq.broker.nodes import Node
+from clustermq.broker.stomp_connection import open_connection
 from clustermq.errors import (
     DNS,
     REFUSED,
@@ -60,9 +60,9 @@ ALLOWED_BUILTINS = {
 }
 #: (module path, raised class) -> why a foreign exception is right there
 ALLOWED_FOREIGN = {
-    ("broker/tls.py", "ssl.SSLError"): (
+    ("broker/stomp_tls.py", "ssl.SSLError"): (
         "raised inside OpenSSL's key-password callback, which OpenSSL turns into the handshake's "
-        "own SSLError; tls_failure() words it, and options/tls.py refuses an encrypted key first"
+        "own SSLError; tls_failure() words it, and options/tls_options.py refuses an encrypted key first"
     ),
     ("pipelines/delta_sink.py", "RuntimeError"): (
         "a programming error of the sink's caller (set_app_id before the first batch), never a "
@@ -385,6 +385,7 @@ def test_the_writer_names_every_node_and_why(silent_peer: int) -> None:
     """A batch write fails on the driver before any task runs; a direct write's task fails
     with ``NoWritableNode``, a ``NoNodeReachable`` naming every node too."""
     from clustermq.write.layout import InputLayout
+    from clustermq.write.modes import Direct
     from clustermq.write.spark import ClusterMQBatchWriter
     from clustermq.write.task import TaskIdentity, write_task
 
@@ -401,7 +402,7 @@ def test_the_writer_names_every_node_and_why(silent_peer: int) -> None:
     direct = WriteOptions.parse({**raw, "writemode": "direct"})
     rows = iter([pa.RecordBatch.from_pydict({"body": ["a", "b"]})])
     with pytest.raises(NoNodeReachable) as task_err:
-        write_task(direct, layout, TaskIdentity("job", 0, 0, 0), rows)
+        write_task(direct, layout, TaskIdentity("job", 0, 0, 0), rows, Direct())
     assert isinstance(task_err.value, NoWritableNode)
     text = str(task_err.value)
     for name, kind in expected:

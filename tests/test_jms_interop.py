@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from clustermq.groups import bucket_for_group
 from test_reader import BRIDGE_COPIES, assert_each_delivery_emitted_once, drain, new_queue
+from waits import cluster_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -205,7 +206,8 @@ def test_jms_groups_forwarded_over_a_bridge_stay_together(
     try:
         rows, progress = drain(spark, options, tmp_path, timeout=180, until=all_read_and_acknowledged)
     except AssertionError as e:
-        raise AssertionError(f"{e}; last seen (messages, depths) of {total}: {last}") from None
+        raise AssertionError(f"{e}; last seen (messages, depths) of {total}: {last}\n"
+                             + cluster_state(broker, queue)) from None
     print(f"\n[{broker.flavor}] read over bridges in {len(progress)} batches; nodes per group: "
           f"{check_groups(broker, rows, groups, bridge_copies=BRIDGE_COPIES[broker.flavor])}")
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in nodes}

@@ -31,7 +31,7 @@ from clustermq.broker.depth import (
 from clustermq.broker.nodes import Node, parse_nodes
 from clustermq.broker.queue_names import destination_queue_name
 from clustermq.devtools.localcluster import ClusterStartError, LocalCluster, get_flavor
-from clustermq.devtools.localcluster.classic import ClassicFlavor
+from clustermq.devtools.localcluster.classic_flavor import ClassicFlavor
 from clustermq.devtools.localcluster.ports import amqp_ports, free_ports, node_ports
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.stompprobe import stomp_connect
@@ -278,7 +278,7 @@ def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(
     ``allowLinkStealing=true`` enables it; the transportConnector attribute of the same name was
     measured to have no effect (the probe was refused with it).
     """
-    from clustermq.devtools.localcluster.classic import java_executable
+    from clustermq.devtools.localcluster.classic_flavor import java_executable
 
     state = cluster.state()
     lib = Path(state.home) / "lib"

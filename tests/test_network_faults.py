@@ -38,14 +38,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tcpproxy import TcpProxy
-from test_reader_faults import (
-    artemis_queue_state,
-    committed_batches,
-    connector_lines,
-    dead_letters,
-    kill_group,
-    wait_for,
-)
+from test_reader_faults import committed_batches, connector_lines, kill_group
+from waits import artemis_queue_state, dead_letters, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -323,7 +317,7 @@ def test_broker_redelivers_what_a_stalled_consumer_held(broker) -> None:
     """
     import stomp
 
-    from clustermq.broker.connection import close_connection, open_connection
+    from clustermq.broker.stomp_connection import close_connection, open_connection
     from clustermq.options import parse_connection_options
 
     queue = f"test.redeliver.{uuid.uuid4().hex[:8]}"

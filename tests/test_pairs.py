@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from conftest import Broker, cluster_flavors
 from test_reader import BRIDGE_COPIES, drain
-from test_reader_faults import wait_for
+from waits import cluster_state, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -106,9 +106,11 @@ def test_reader_keeps_reading_through_a_killed_live_member(
         member = pairs.cluster.kill_live(VICTIM)
         took_over(pairs)
         pairs.produce(queue, 1000, first_id=total - 1000)
-        wait_for(lambda: {r.id for r in collected} >= set(range(total)), 180, "every message", interval=0.5)
+        wait_for(lambda: {r.id for r in collected} >= set(range(total)), 180, "every message", interval=0.5,
+                 explain=lambda: cluster_state(pairs, queue, range(total), [r.id for r in collected]))
         assert query.isActive and query.exception() is None
-        wait_for(lambda: all(d == 0 for d in pairs.depths(queue).values()), 60, "empty queue")
+        wait_for(lambda: all(d == 0 for d in pairs.depths(queue).values()), 60, "empty queue",
+                 explain=lambda: cluster_state(pairs, queue))
         assert query.isActive and query.exception() is None
     finally:
         query.stop()

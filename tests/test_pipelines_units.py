@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermq.pipelines.jobs import JobConfigError, load_config, merge_settings, parse_key_values
+from clustermq.pipelines.job_config import JobConfigError, load_config, merge_settings, parse_key_values
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,7 +196,7 @@ def test_a_job_sets_no_master_when_the_deployment_configured_one(
     env: dict[str, str], defaults: str | None, configured: bool, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from clustermq.pipelines import session
+    from clustermq.pipelines import spark_session as session
 
     for name in ("PYSPARK_GATEWAY_PORT", "PYSPARK_SUBMIT_ARGS", "SPARK_MASTER", "SPARK_HOME"):
         monkeypatch.delenv(name, raising=False)

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from test_reader import assert_each_delivery_emitted_once, drain, new_queue, start_collecting
-from test_reader_faults import wait_for
+from waits import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 

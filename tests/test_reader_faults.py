@@ -12,7 +12,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,17 +20,11 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from waits import artemis_queue_state, dead_letters, wait_for
+
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "queue_to_parquet.py"
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 #: AvailableNow restarts after a killed driver wait this long for quiet: longer than a Classic
@@ -80,42 +73,6 @@ def acknowledgements(text: str) -> list[tuple[int, dict[str, int]]]:
 def connector_lines(text: str, last: int) -> str:
     """The driver log's last ``last`` lines from the connector (logs.py), for a failure message."""
     return "\n".join([line for line in text.splitlines() if "clustermq" in line][-last:])
-
-
-def dead_letters(broker) -> str:
-    """The dead-letter queue of the local clusters (the templates in clustermq/devtools/localcluster/templates/)."""
-    return "ActiveMQ.DLQ" if broker.flavor == "classic" else "DLQ"
-
-
-def artemis_queue_state(broker, queue: str) -> dict[str, dict[str, object]]:
-    """Per node, Artemis's own counters of ``queue``, for a failure message: a message counted
-    in ``messageCount`` but neither scheduled nor in ``deliveringCount`` while consumers are
-    attached is held outside the queue's delivery (docs/broker-behaviour.md)."""
-    import dataclasses
-
-    from clustermq.broker.connection import close_connection, open_connection
-    from clustermq.broker.dialect.artemis import _management_request
-    from clustermq.broker.listener import Inbox
-    from clustermq.broker.request import Requester
-
-    attributes = ("messageCount", "deliveringCount", "scheduledCount", "consumerCount",
-                  "messagesAdded", "messagesAcknowledged")
-    state: dict[str, dict[str, object]] = {}
-    for node in broker.cluster.nodes():
-        options = dataclasses.replace(broker.connection(queue), nodes=(node,), heartbeat_ms=0)
-        try:
-            inbox = Inbox()
-            conn, _ = open_connection(node, options, inbox, "clustermq-state")
-            try:
-                requests = Requester(conn, inbox, time.monotonic() + 10)
-                answers = [_management_request(requests, f"queue.{queue}", a) for a in attributes]
-                state[node.name] = ({a: value for a, (_, value) in zip(attributes, answers)}
-                                    if answers[0][0] else {"queue": "not on this node"})
-            finally:
-                close_connection(conn)
-        except Exception as exc:  # a diagnostic must not hide the failure it explains
-            state[node.name] = {"error": str(exc)}
-    return state
 
 
 def committed_batches(checkpoint: Path) -> int:

@@ -90,7 +90,7 @@ def test_the_first_screen_has_the_quick_start_and_an_example() -> None:
 
 
 def test_the_first_screen_points_at_the_cluster_file_cluster_up_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from clustermq.devtools.localcluster.paths import default_cluster_dir
+    from clustermq.devtools.localcluster.harness_paths import default_cluster_dir
     from clustermq.devtools.localcluster.state import STATE_FILE
 
     monkeypatch.delenv("CLUSTERMQ_CACHE", raising=False)

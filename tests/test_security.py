@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from clustermq.broker.connection import NodeUnavailable, close_connection, open_connection
 from clustermq.broker.depth import queue_depths
 from clustermq.broker.redaction import redact
+from clustermq.broker.stomp_connection import NodeUnavailable, close_connection, open_connection
 from clustermq.devtools.loadgen import LoadSpec, produce
+from clustermq.devtools.localcluster.certificates import generate_ca, keystore_password
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from clustermq.devtools.localcluster.stompprobe import stomp_connect
-from clustermq.devtools.localcluster.tls import generate_ca, keystore_password
 from clustermq.options import OptionError, ReadOptions, WriteOptions, parse_connection_options
 from conftest import cluster_flavors
 

@@ -1,10 +1,17 @@
-"""Group slots (read/slots.py) without a broker: which brokers get them, ACKs, placement."""
+"""Group slots (read/slots.py, read/stomp_link.py) without a broker: which brokers get them,
+ACKs, placement."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from clustermq.broker.dialect import ArtemisDialect, ClassicDialect
+from clustermq.broker.nodes import Node
+from clustermq.broker.session import NodeSession
+from clustermq.options import ReadOptions
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.slots import bucket_for_slot, last_per_slot, slot_count, slot_ids, slot_prefetch
+from clustermq.read.stomp_link import Receiver, StompLink
 
 
 def delivery(seq: int, slot: int | None) -> BufferedMessage:
@@ -38,3 +45,42 @@ def test_a_slot_maps_to_one_partition_and_nodes_are_shifted() -> None:
     for node in range(3):
         assert sorted(bucket_for_slot(slot, node, 3) for slot in range(3)) == [0, 1, 2]
     assert bucket_for_slot(0, 0, 3) != bucket_for_slot(0, 1, 3)
+
+
+class _Owner:
+    """Stands in for the node subscription a link delivers to (read/links.py)."""
+
+    def __init__(self) -> None:
+        self.node, self.index = Node("h", 1), 0
+        self.options = ReadOptions.parse({"brokers": "h:1", "queue": "q"})
+        self.delivered: list[tuple[str, int | None]] = []
+
+    def deliver(self, headers: dict[str, str], body: bytes, ack_id: str | None, generation: int,
+                slot: int | None = None) -> None:
+        self.delivered.append((headers["message-id"], slot))
+
+
+class _Conn:
+    def __init__(self) -> None:
+        self.acked: list[str] = []
+
+    def ack(self, ack_id: str) -> None:
+        self.acked.append(ack_id)
+
+
+def test_the_stomp_link_delivers_each_frame_with_its_slot_and_acks_per_slot() -> None:
+    """A frame's ``subscription`` header names its slot; a ``client`` ACK goes to the last
+    delivery of each slot, a ``client-individual`` one to every delivery."""
+    owner = _Owner()
+    receiver = Receiver(owner, generation=1)  # type: ignore[arg-type]
+    receiver.slots = slot_ids(0, 2)
+    for mid, sub in [("m0", "clustermq-0-1"), ("m1", "clustermq-0-0"), ("m2", "clustermq-0-9")]:
+        receiver.on_message(SimpleNamespace(headers={"message-id": mid, "subscription": sub, "ack": mid},
+                                            body=b"x"))
+    assert owner.delivered == [("m0", 1), ("m1", 0), ("m2", None)]
+
+    batch = [delivery(0, 0), delivery(1, 1), delivery(2, 0)]
+    for mode, expected in [("client", ["a1", "a2"]), ("client-individual", ["a0", "a1", "a2"])]:
+        conn = _Conn()
+        StompLink(NodeSession(owner.node, conn, ClassicDialect(), {}), mode).ack(batch)  # type: ignore[arg-type]
+        assert conn.acked == expected

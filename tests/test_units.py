@@ -1,4 +1,4 @@
-"""Fast unit tests of the pure logic: options, node addresses, offsets, hashing."""
+"""Fast unit tests of the pure logic: options, node addresses, offsets, hashing, AvailableNow."""
 
 from __future__ import annotations
 
@@ -6,14 +6,20 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 
 import pytest
 
+from clustermq.broker.connection_options import Secret
 from clustermq.broker.dialect import ArtemisDialect, ClassicDialect, detect_dialect
 from clustermq.broker.nodes import format_nodes, parse_nodes
-from clustermq.broker.settings import Secret
 from clustermq.groups import bucket_for_group, bucket_for_ungrouped, group_hash
 from clustermq.options import OptionError, ReadOptions
+from clustermq.read import available_now
+from clustermq.read.available_now import RecentIds
+from clustermq.read.consumer import ClusterConsumer
+from clustermq.read.links import LinkOwner
+from clustermq.read.messages import BufferedMessage
 from clustermq.read.offsets import allocate, make_offsets, parse_offsets
 
 BROKERS = "127.0.0.1:61613,127.0.0.1:61623,127.0.0.1:61633"
@@ -222,127 +228,166 @@ def test_log_level_from_the_environment_reaches_a_fresh_process(level: str, show
         assert lines == ["warning line"]
 
 
-class _Frame:
-    """What stomp.py hands a listener: headers and a body."""
+class _Link:
+    """A link that moves nothing over a wire: the test delivers and loses it through the owner's
+    seam (read/links.py), as a link's own thread does."""
 
-    def __init__(self, message_id: str, ack: str) -> None:
-        self.headers = {"message-id": message_id, "ack": ack, "destination": "/queue/q"}
-        self.body = b"x"
+    dialect = ClassicDialect()
+
+    def __init__(self, owner: LinkOwner, generation: int) -> None:
+        self.owner, self.generation = owner, generation
+        self.acked: list[str | None] = []
+
+    def deliver(self, *message_ids: str) -> None:
+        for mid in message_ids:
+            self.owner.deliver({"message-id": mid, "destination": "/queue/q"}, b"x",
+                               f"ack-{mid}-{self.generation}", self.generation)
+
+    def lose(self) -> None:
+        self.owner.link_lost(self.generation, "test")
+
+    def ack(self, messages: list[BufferedMessage]) -> None:
+        self.acked += [m.ack_id for m in messages]
+
+    def close(self) -> None:
+        pass
+
+
+class _Links:
+    """Opens a :class:`_Link` per connection attempt; ``last`` is the newest."""
+
+    def __init__(self) -> None:
+        self.opened: list[_Link] = []
+
+    def __call__(self, owner: LinkOwner, generation: int) -> _Link:
+        self.opened.append(_Link(owner, generation))
+        return self.opened[-1]
+
+    @property
+    def last(self) -> _Link:
+        return self.opened[-1]
+
+
+class _Clock:
+    """``time.monotonic`` (the clock subscriptions stamp arrivals with), jumped ahead at will:
+    the seconds a drain waits pass at once."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def now(self) -> float:
+        return time.monotonic() + self.ahead
+
+    def sleep(self, seconds: float) -> None:
+        self.ahead += seconds
+
+
+def connected_consumer(**extra: str) -> tuple[ClusterConsumer, _Links, str]:
+    """A consumer of one node, connected over a :class:`_Link`, and its node's name."""
+    links = _Links()
+    consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q", **extra}),
+                               open_link=links)
+    consumer.subscriptions[0].connect_once()
+    return consumer, links, consumer.node_names[0]
 
 
 def test_available_now_does_not_count_a_second_delivery_of_a_message() -> None:
     """A copy (same message id) raises AvailableNow's target by one, so the last real message
     is still read; a message given back on a lost connection is not a copy when it returns."""
-    from clustermq.read.consumer import ClusterConsumer
-
-    consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
-    sub = consumer.subscriptions[0]
-    sub.dialect = ClassicDialect()
-    sub._connected = True
-    name = sub.node.name
+    consumer, links, name = connected_consumer()
     consumer.prepare_available_now(5)  # the depth measured at start: a, b, c, d, e
     consumer.set_start({name: 0})
-    for i, mid in enumerate(["a", "b", "a", "c"]):  # "a" delivered twice
-        sub._on_message(_Frame(mid, f"ack-{i}"), sub._generation)
+    links.last.deliver("a", "b", "a", "c")  # "a" delivered twice
     assert consumer.latest({name: 0}, None, None) == {name: 4}
     assert consumer.available_now_pending({name: 4})  # 4 deliveries, but d and e are to come
 
-    sub._on_message(_Frame("d", "ack-4"), sub._generation)
-    sub._on_message(_Frame("e", "ack-5"), sub._generation)
-    sub._on_lost(sub._generation, "test")  # d and e were not planned: given back
-    sub._connected = True
-    for i, mid in enumerate(["d", "e"]):  # redelivered: not copies
-        sub._on_message(_Frame(mid, f"ack-{6 + i}"), sub._generation)
+    links.last.deliver("d", "e")
+    links.last.lose()  # d and e were not planned: given back
+    consumer.subscriptions[0].connect_once()
+    links.last.deliver("d", "e")  # redelivered: not copies
     assert consumer.latest({name: 4}, None, None) == {name: 6}
     assert not consumer.available_now_pending({name: 6})  # every message of the backlog read
 
 
-def test_available_now_recounts_once_before_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_available_now_recounts_once_before_it_ends() -> None:
     """Once the backlog measured at start is read, a recount that settles on messages still
     queued (the start probe missed them) extends the run once; a recount that finds only ACKs
     the broker had not processed yet (depth falling to 0) ends it."""
-    import clustermq.read.consumer as consumer_mod
-    from clustermq.read.consumer import ClusterConsumer
-
-    monkeypatch.setattr(consumer_mod, "RECOUNT_INTERVAL_S", 0.0)
-    consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
-    sub = consumer.subscriptions[0]
-    sub.dialect = ClassicDialect()
-    sub._connected = True
-    name = sub.node.name
+    consumer, links, name = connected_consumer()
+    clock = _Clock()
     probes = iter([{name: 2}, {name: 1}, {name: 1}, {name: 1}, {name: 5}])
-    consumer.prepare_available_now(2, lambda: next(probes))  # the start probe saw a and b
+    # the start probe saw a and b
+    consumer.prepare_available_now(2, lambda: next(probes), clock=clock.now, sleep=clock.sleep)
     consumer.set_start({name: 0})
-    for i, mid in enumerate(["a", "b", "c"]):  # c is delivered but beyond the target
-        sub._on_message(_Frame(mid, f"ack-{i}"), sub._generation)
+    links.last.deliver("a", "b", "c")  # c is delivered but beyond the target
     assert consumer.latest({name: 0}, None, None) == {name: 2}
     consumer.acknowledge({name: 2})
     # depth 2 (b's ACK not processed yet), then 1, 1, 1: settled on c, which this query holds
     assert consumer.available_now_pending({name: 2})
+    assert clock.ahead == 3 * available_now.RECOUNT_INTERVAL_S  # probes spaced, not at once
     assert consumer.latest({name: 2}, None, None) == {name: 3}
     consumer.acknowledge({name: 3})
     assert not consumer.available_now_pending({name: 3})  # recounted already: the run ends
     assert next(probes) == {name: 5}  # and it did not probe again
+    assert links.last.acked == ["ack-a-1", "ack-b-1", "ack-c-1"]  # each once, after its batch
 
     ended = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q"}))
     probes = iter([{name: 3}, {name: 0}])  # ACKs still landing, then empty
-    ended.prepare_available_now(0, lambda: next(probes))
+    ended.prepare_available_now(0, lambda: next(probes), clock=clock.now, sleep=clock.sleep)
     assert not ended.available_now_pending({name: 0})
     assert next(probes, "done") == "done"
 
 
-def test_available_now_ends_early_only_on_a_queue_found_empty_twice(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_available_now_ends_early_only_on_a_queue_found_empty_twice() -> None:
     """Waiting for a backlog that competing consumers took ends once two probes find the queue
     empty; messages still counted on a node (a stalled bridge holds them) keep it waiting."""
-    import time
+    check_s = available_now.EMPTY_CHECK_INTERVAL_S
 
-    import clustermq.read.consumer as consumer_mod
-    from clustermq.read.consumer import ClusterConsumer
-
-    monkeypatch.setattr(consumer_mod, "EMPTY_CHECK_INTERVAL_S", 0.0)
-    monkeypatch.setattr(consumer_mod, "RECOUNT_INTERVAL_S", 0.0)
-
-    def waiting(depth: int | None) -> tuple[ClusterConsumer, list[int]]:
-        options = ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q",
-                                     "availableNowIdleTimeout": "60000"})
-        consumer = ClusterConsumer(options)
-        sub = consumer.subscriptions[0]
-        sub.dialect, sub._connected, name = ClassicDialect(), True, sub.node.name
+    def waiting(depth: int | None) -> tuple[ClusterConsumer, list[int], _Clock, _Links]:
+        consumer, links, name = connected_consumer(availableNowIdleTimeout="60000")
+        clock = _Clock()
         probes: list[int] = []
-        consumer.prepare_available_now(5, lambda: probes.append(1) or {name: depth})
+        consumer.prepare_available_now(5, lambda: probes.append(1) or {name: depth},
+                                       clock=clock.now, sleep=clock.sleep)
         consumer.set_start({name: 0})
-        sub._on_message(_Frame("a", "ack-0"), sub._generation)
+        links.last.deliver("a")
         assert consumer.latest({name: 0}, None, None) == {name: 1}
         consumer.acknowledge({name: 1})
         assert consumer.latest({name: 1}, None, None) == {name: 1}  # quiet from here
-        monkeypatch.setattr(consumer, "_stall_after_s", lambda: 0.05)
-        time.sleep(0.06)  # the quiet time the check waits for, not a synchronisation
-        return consumer, probes
+        clock.sleep(3.5)  # past the quiet time after which it suspects a stall (3 s at most)
+        return consumer, probes, clock, links
 
-    emptied, probes = waiting(0)
-    assert emptied.available_now_pending({emptied.node_names[0]: 1})  # empty once: not yet
-    assert not emptied.available_now_pending({emptied.node_names[0]: 1})  # twice: ends
-    assert len(probes) == 2 and emptied._target is not None and emptied._target.limit == 1
+    emptied, probes, clock, links = waiting(0)
+    name = emptied.node_names[0]
+    assert emptied.available_now_pending({name: 1})  # empty once: not yet
+    assert emptied.available_now_pending({name: 1}) and len(probes) == 1  # not asked again at once
+    clock.sleep(check_s)
+    assert not emptied.available_now_pending({name: 1})  # twice: ends
+    assert len(probes) == 2 and emptied.available_now_target == 1
+    emptied.subscriptions[0].connect_once()  # resubscribed when it suspected a stall
+    links.last.deliver("b")
+    assert emptied.latest({name: 1}, None, None) == {name: 1}  # nothing beyond the end is planned
 
-    stalled, probes = waiting(3)  # 3 messages counted on the node, none arriving
-    assert all(stalled.available_now_pending({stalled.node_names[0]: 1}) for _ in range(5))
-    assert len(probes) >= 5 * consumer_mod.RECOUNT_AGREEING  # it kept asking, and waiting
+    stalled, probes, clock, _ = waiting(3)  # 3 messages counted on the node, none arriving
+    for _ in range(5):
+        assert stalled.available_now_pending({name: 1})
+        clock.sleep(check_s)
+    assert len(probes) >= 5 * available_now.RECOUNT_AGREEING  # it kept asking, and waiting
 
-    silent, probes = waiting(None)  # the node does not answer, but the query is connected to it
+    silent, probes, clock, _ = waiting(None)  # the node does not answer, but the query is connected to it
     for _ in range(3):
-        silent.subscriptions[0]._connected = True  # (re)connected after the resubscribe
-        assert silent.available_now_pending({silent.node_names[0]: 1})
-    gone, probes = waiting(None)  # neither the probe nor the query reaches it: nothing to wait for
-    gone.subscriptions[0]._connected = False
-    assert gone.available_now_pending({gone.node_names[0]: 1})
-    assert not gone.available_now_pending({gone.node_names[0]: 1})
+        if not silent.subscriptions[0].connected:
+            silent.subscriptions[0].connect_once()  # (re)connected after the resubscribe
+        assert silent.available_now_pending({name: 1})
+        clock.sleep(check_s)
+    gone, probes, clock, links = waiting(None)  # neither the probe nor the query reaches it: nothing to wait for
+    links.last.lose()
+    assert gone.available_now_pending({name: 1})
+    clock.sleep(check_s)
+    assert not gone.available_now_pending({name: 1})
 
 
 def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
-    from clustermq.read.copies import RecentIds
-
     recent = RecentIds(capacity=3)
     assert not recent.seen_before("a") and not recent.seen_before("a")  # inactive: no memory
     recent.activate()

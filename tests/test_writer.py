@@ -27,10 +27,12 @@ from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
 from clustermq.write.headers import STAGING_PREFIX, staging_prefix, staging_queue
 from clustermq.write.layout import InputLayout
+from clustermq.write.modes import JobStaging
 from clustermq.write.staging import StagedTask, move_job
 from clustermq.write.task import TaskIdentity, write_task
 from test_reader import drain, new_queue
-from test_reader_faults import kill_group, wait_for
+from test_reader_faults import kill_group
+from waits import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -96,11 +98,10 @@ def staging_queues(broker, queue: str) -> dict[str, dict[str, int]]:
     Artemis lists its queue names (an emptied staging queue may be deleted at once, which is
     empty too).
     """
-    from clustermq.broker.connection import close_connection, open_connection
     from clustermq.broker.depth import _probe_options
     from clustermq.broker.dialect import detect_dialect
-    from clustermq.broker.dialect.artemis import _management_request
-    from clustermq.broker.dialect.classic import (
+    from clustermq.broker.dialect.artemis_dialect import _management_request
+    from clustermq.broker.dialect.classic_dialect import (
         END_WITH_NULL,
         STATS_DESTINATION_PREFIX,
         TRANSFORMATION,
@@ -109,6 +110,7 @@ def staging_queues(broker, queue: str) -> dict[str, dict[str, int]]:
     from clustermq.broker.frames import body_text
     from clustermq.broker.listener import Inbox
     from clustermq.broker.request import Requester
+    from clustermq.broker.stomp_connection import close_connection, open_connection
 
     prefix = f"{STAGING_PREFIX}.{queue}."
     username, password = broker.cluster.credentials
@@ -416,7 +418,8 @@ def test_node_lost_mid_transaction_or_down_at_start_loses_nothing(
 
     try:
         message = write_task(options, InputLayout(body="body", body_is_text=True),
-                             TaskIdentity(job, 0, 0, 0), arrow_batches(10, 100, kill_node0_after_three_batches))
+                             TaskIdentity(job, 0, 0, 0), arrow_batches(10, 100, kill_node0_after_three_batches),
+                             JobStaging())
         assert message.rows == 1000 and message.counts == {1: 1000}  # node 0's 300 re-sent
         assert nodes[0] in message.unavailable
         moves = move_job(options, job, [StagedTask(message.task_tag, message.counts)], queue,
@@ -450,11 +453,11 @@ def test_a_losing_attempts_staging_on_a_node_without_winners_is_dropped_by_the_c
     options = first_node_options(broker, queue, loadBalancingPolicy="random")
     layout = InputLayout(body="body", body_is_text=True)
     job = uuid.uuid4().hex
-    winner = write_task(options, layout, TaskIdentity(job, 0, 0, 1), arrow_batches(3, 100))
+    winner = write_task(options, layout, TaskIdentity(job, 0, 0, 1), arrow_batches(3, 100), JobStaging())
     (winner_node,) = winner.counts
     losers = 0
     while True:  # attempts drawing the winner's node are dropped there; draw until one is not
-        loser = write_task(options, layout, TaskIdentity(job, 0, 0, 0), arrow_batches(1, 100))
+        loser = write_task(options, layout, TaskIdentity(job, 0, 0, 0), arrow_batches(1, 100), JobStaging())
         losers += 1
         if winner_node not in loser.counts:
             break
@@ -505,7 +508,8 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
     total = 10_000
     job = uuid.uuid4().hex
     layout = InputLayout(body="body", body_is_text=True)
-    first = write_task(options, layout, TaskIdentity(job, 0, 0, 0), arrow_batches(10, total // 10))
+    first = write_task(options, layout, TaskIdentity(job, 0, 0, 0), arrow_batches(10, total // 10),
+                       JobStaging())
     assert first.counts == {0: total}
     failure: list[BaseException] = []
 
@@ -547,7 +551,8 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
     assert staging_queues(broker, queue)[nodes[0]] == {staging: staged_left}
 
     # Spark re-runs the failed batch: a new attempt of the same task, then the driver's move.
-    second = write_task(options, layout, TaskIdentity(job, 0, 0, 1), arrow_batches(10, total // 10))
+    second = write_task(options, layout, TaskIdentity(job, 0, 0, 1), arrow_batches(10, total // 10),
+                        JobStaging())
     moves = move_job(options, job, [StagedTask(second.task_tag, second.counts)], queue)
     assert [(m.node, m.moved) for m in moves] == [(nodes[0], total)]
     assert broker.depths(staging_queue(queue, job, 0))[nodes[0]] == 0

@@ -3,8 +3,8 @@
 Where the login may manage queues (Artemis with ``manage``), every task attempt stages into its
 own queues and the commit moves them with the broker's ``moveMessages``; otherwise (Classic, an
 Artemis login without ``manage``) the move goes over STOMP. Driven below Spark (``write_task``
-and ``commit_job`` as Spark calls them) so the attempts, winners and losers are exact; the
-queue is read back with the streaming reader.
+and the write mode's ``commit``/``abort`` as Spark calls them) so the attempts, winners and
+losers are exact; the queue is read back with the streaming reader.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from pyspark.sql import functions as F
 
 from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
-from clustermq.write.broker_move import probe_attempt_staging
-from clustermq.write.commit import abort_job, commit_job
 from clustermq.write.layout import InputLayout
+from clustermq.write.modes import AttemptStaging, JobStaging, choose_mode
 from clustermq.write.task import TaskIdentity, write_task
 from test_reader import new_queue
 from test_writer import names, read_back_in_arrival_order, staging_queues
@@ -85,14 +84,15 @@ def test_commit_moves_inside_the_broker_once_per_message_on_its_node_in_group_or
     the failed attempt's messages are dropped and no staging queue of the job holds anything."""
     queue = new_queue("wbmove")
     options = options_for(broker, queue)
-    in_broker = probe_attempt_staging(options)
+    mode = choose_mode(options)
+    in_broker = mode == AttemptStaging()
     assert in_broker == (broker.flavor == "artemis")
     job = uuid.uuid4().hex
-    loser = write_task(options, LAYOUT, TaskIdentity(job, 0, 1, 0), grouped(1, 400), in_broker)
-    tasks = [write_task(options, LAYOUT, TaskIdentity(job, 0, p, 1), grouped(p, 3000), in_broker)
+    loser = write_task(options, LAYOUT, TaskIdentity(job, 0, 1, 0), grouped(1, 400), mode)
+    tasks = [write_task(options, LAYOUT, TaskIdentity(job, 0, p, 1), grouped(p, 3000), mode)
              for p in (0, 1)]
     assert sum(sum(m.counts.values()) for m in [loser, *tasks]) == 6400
-    results = commit_job(options, f"job {job}", job, tasks)
+    results = mode.commit(options, f"job {job}", job, tasks)
     assert sum(r.moved for r in results) == 6000
     assert sum(r.in_broker for r in results) == (6000 if in_broker else 0), results
     assert sum(r.dropped for r in results) == 400, results  # the failed attempt's
@@ -113,13 +113,14 @@ def test_a_rerun_batchs_copies_are_dropped_by_the_broker_after_a_move_inside_it(
     queue already has (``_AMQ_DUPL_ID`` travels with the staged copy), and moves the rest."""
     queue = new_queue("wbrerun")
     options = options_for(broker, queue)
-    assert probe_attempt_staging(options)
+    mode = choose_mode(options)
+    assert mode == AttemptStaging()
     query = uuid.uuid4().hex
-    first = write_task(options, LAYOUT, TaskIdentity(query, 7, 0, 0), grouped(0, 2000), True)
-    commit_job(options, f"query {query} batch 7", query, [first])
+    first = write_task(options, LAYOUT, TaskIdentity(query, 7, 0, 0), grouped(0, 2000), mode)
+    mode.commit(options, f"query {query} batch 7", query, [first])
     assert sum(d or 0 for d in broker.depths(queue).values()) == 2000
-    rerun = write_task(options, LAYOUT, TaskIdentity(query, 7, 0, 1), grouped(0, 3000, batches=3), True)
-    results = commit_job(options, f"query {query} batch 7", query, [rerun])
+    rerun = write_task(options, LAYOUT, TaskIdentity(query, 7, 0, 1), grouped(0, 3000, batches=3), mode)
+    results = mode.commit(options, f"query {query} batch 7", query, [rerun])
     assert sum(r.in_broker for r in results) == 3000, results
     assert sum(d or 0 for d in broker.depths(queue).values()) == 3000  # 2,000 copies dropped
     no_staging_left(broker, queue)
@@ -132,12 +133,13 @@ def test_without_manage_the_commit_moves_over_stomp(spark: SparkSession, broker,
     user = broker.cluster.credentials[0]
     queue = new_queue("wbstomp")
     options = options_for(broker, queue, f"{user}-nomanage" if broker.flavor == "artemis" else None)
-    assert not probe_attempt_staging(options)
+    mode = choose_mode(options)
+    assert mode == JobStaging()
     job = uuid.uuid4().hex
-    loser = write_task(options, LAYOUT, TaskIdentity(job, 0, 0, 0), grouped(0, 300))
-    winner = write_task(options, LAYOUT, TaskIdentity(job, 0, 0, 1), grouped(0, 2000))
-    assert not (loser.attempt_staging or winner.attempt_staging)
-    results = commit_job(options, f"job {job}", job, [winner])
+    loser = write_task(options, LAYOUT, TaskIdentity(job, 0, 0, 0), grouped(0, 300), mode)
+    winner = write_task(options, LAYOUT, TaskIdentity(job, 0, 0, 1), grouped(0, 2000), mode)
+    assert loser.mode == winner.mode == JobStaging()
+    results = mode.commit(options, f"job {job}", job, [winner])
     assert sum(r.moved for r in results) == 2000 and not any(r.in_broker for r in results), results
     assert sum(r.dropped for r in results) == 300, results
     no_staging_left(broker, queue)
@@ -151,9 +153,10 @@ def test_abort_destroys_every_attempts_own_staging_queue(broker) -> None:
     queue = new_queue("wbabort")
     options = options_for(broker, queue)
     job = uuid.uuid4().hex
-    staged = [write_task(options, LAYOUT, TaskIdentity(job, 0, p, a), grouped(p, 600), True)
+    mode = AttemptStaging()
+    staged = [write_task(options, LAYOUT, TaskIdentity(job, 0, p, a), grouped(p, 600), mode)
               for p, a in ((0, 0), (0, 1), (1, 0))]
-    assert all(m.attempt_staging for m in staged)
-    abort_job(options, f"job {job}", job, staged[1:], attempt_staging=True)
+    assert all(m.mode == mode for m in staged)
+    mode.abort(options, f"job {job}", job, staged[1:])
     assert staging_queues(broker, queue) == {n: {} for n in names(broker)}
     assert sum(d or 0 for d in broker.depths(queue).values()) == 0

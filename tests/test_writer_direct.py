@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from clustermq.options import WriteOptions
 from clustermq.write.headers import STAGING_PREFIX
 from clustermq.write.layout import InputLayout
+from clustermq.write.modes import Direct
 from clustermq.write.task import TaskIdentity, write_task
 from test_reader import drain, new_queue
 from test_writer import names, parquet_batch, run_stream_driver, staging_queues, write
@@ -54,7 +55,7 @@ def test_direct_retried_task_adds_copies_on_classic_none_on_artemis(
     copies = 1 if broker.flavor == "artemis" else 2
     for attempt in (0, 1):
         message = write_task(options, InputLayout(body="body", body_is_text=True),
-                             TaskIdentity(job, 3, 0, attempt), _bodies(count))
+                             TaskIdentity(job, 3, 0, attempt), _bodies(count), Direct())
         assert message.counts == {0: count}  # sent and committed by every attempt
     assert dict(broker.depths(queue)) == {n: (count * copies if n == node0 else 0) for n in names(broker)}
     assert not [q for qs in staging_queues(broker, queue).values() for q in qs if q.startswith(STAGING_PREFIX)]

@@ -21,7 +21,8 @@ from clustermq.options import OptionError, WriteOptions
 from clustermq.write.headers import staging_queue
 from clustermq.write.layout import input_layout
 from clustermq.write.load_balancing import failover_order, group_node, job_key, task_node
-from clustermq.write.messages import MessageBuilder
+from clustermq.write.message_builder import MessageBuilder
+from clustermq.write.modes import WriteMode
 from clustermq.write.staging import final_headers
 
 _TYPES = {"string": StringType(), "binary": BinaryType(), "int": IntegerType(), "long": LongType(),
@@ -142,3 +143,53 @@ def test_classic_names_a_header_value_outside_the_bmp_and_artemis_accepts_it() -
     assert problem.startswith("header 'x-astral' has a character outside the Basic "
                               "Multilingual Plane (U+1D11E)")
     assert ArtemisDialect().header_value_problem({"x": "\U0001F600"}) is None
+
+
+def test_each_write_mode_sends_where_its_commit_looks() -> None:
+    """Job staging: the job's queue per node, staging headers kept. Attempt staging: the
+    attempt's own queue, final headers (duplicate id, no task header, the target only for a
+    row not for ``queue``). Direct: the row's own queue with the final headers."""
+    from clustermq.broker.dialect import ArtemisDialect
+    from clustermq.write.modes import AttemptStaging, Direct, JobStaging, TaskRoute
+
+    def frame(mode: WriteMode, target: str) -> tuple[str, dict[str, str]]:
+        headers = {"clustermq_id": "j:0:0:5", "clustermq_task": "tag", "clustermq_target": target, "k": "v"}
+        return TaskRoute(mode, "orders", "j", "tag").frame(2, ArtemisDialect(), headers)
+
+    destination, staged = frame(JobStaging(), "orders")
+    assert destination == "clustermq.staging.orders.j.n2" and staged["clustermq_task"] == "tag"
+    assert "_AMQ_DUPL_ID" not in staged and staged["clustermq_target"] == "orders"
+    for target, kept in (("orders", None), ("audit", "audit")):
+        destination, final = frame(AttemptStaging(), target)
+        assert destination == "clustermq.staging.orders.j.tag.n2"
+        assert final.get("clustermq_target") == kept and "clustermq_task" not in final
+        assert final["_AMQ_DUPL_ID"] == "j:0:0:5" and final["k"] == "v"
+    destination, final = frame(Direct(), "audit")
+    assert destination == "audit" and final["_AMQ_DUPL_ID"] == "j:0:0:5"
+    assert not {"clustermq_task", "clustermq_target"} & set(final)
+
+
+def test_a_write_mode_is_a_plain_value_chosen_on_the_driver() -> None:
+    """Modes pickle to the tasks and back in their commit messages; ``writeMode=direct`` asks
+    no broker; a streaming commit finishes the way the batch's tasks published."""
+    import pickle
+
+    from clustermq.broker.nodes import Node
+    from clustermq.errors import MoveError
+    from clustermq.write.modes import AttemptStaging, Direct, JobStaging, choose_mode
+    from clustermq.write.spark import batch_mode
+    from clustermq.write.task import ClusterMQCommitMessage
+
+    for mode in (Direct(), JobStaging(), AttemptStaging()):
+        assert pickle.loads(pickle.dumps(mode)) == mode
+    assert choose_mode(write_opts(writeMode="direct")) == Direct()  # no node is listening
+
+    def task(mode: WriteMode) -> ClusterMQCommitMessage:
+        return ClusterMQCommitMessage(job_id="q", batch_id=1, partition=0, attempt=0, task_tag="t",
+                                      rows=1, counts={0: 1}, unavailable={}, seconds=0.1,
+                                      nodes=(Node("mq1", 61613),), mode=mode)
+
+    assert batch_mode(JobStaging(), [task(AttemptStaging()), task(AttemptStaging())]) == AttemptStaging()
+    assert batch_mode(Direct(), []) == Direct()  # no task reported: the writer's own
+    with pytest.raises(MoveError, match="different write modes"):
+        batch_mode(JobStaging(), [task(AttemptStaging()), task(JobStaging())])

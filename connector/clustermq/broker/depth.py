@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from clustermq.broker.connection import close_connection, open_connection
+from clustermq.broker.connection_options import ConnectionOptions, ReconnectPolicy, Secret
 from clustermq.broker.dialect import detect_dialect
 from clustermq.broker.listener import Inbox
 from clustermq.broker.nodes import Node
 from clustermq.broker.queue_names import destination_queue_name
 from clustermq.broker.request import Requester
-from clustermq.broker.settings import ConnectionOptions, ReconnectPolicy, Secret
+from clustermq.broker.stomp_connection import close_connection, open_connection
 from clustermq.errors import DepthError, NodeUnavailable
 
 

@@ -15,12 +15,11 @@ import dataclasses
 import logging
 import time
 
-from clustermq.broker.connection import close_connection, open_connection
-from clustermq.broker.dialect import detect_dialect
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.listener import Inbox
 from clustermq.broker.nodes import Node
 from clustermq.broker.request import Requester
-from clustermq.broker.settings import ConnectionOptions
+from clustermq.broker.session import open_node
 from clustermq.errors import DepthError, NodeUnavailable
 
 log = logging.getLogger("clustermq.discovery")
@@ -35,15 +34,14 @@ def members_of(seed: Node, conn: ConnectionOptions) -> list[Node]:
     deadline = time.monotonic() + conn.connect_timeout_s
     probe = dataclasses.replace(conn, nodes=(seed,), heartbeat_ms=0)
     try:
-        stomp_conn, connected = open_connection(seed, probe, inbox, "clustermq-discovery",
-                                                socket_timeout_s=max(0.5, min(conn.connect_timeout_s, 5.0)))
+        session = open_node(seed, probe, inbox, "clustermq-discovery",
+                            socket_timeout_s=max(0.5, min(conn.connect_timeout_s, 5.0)))
     except NodeUnavailable as exc:
         raise DepthError(str(exc)) from None
     try:
-        dialect = detect_dialect(connected.get("server"))
-        own_port, peers = dialect.cluster_members(Requester(stomp_conn, inbox, deadline))
+        own_port, peers = session.dialect.cluster_members(Requester(session.conn, inbox, deadline))
     finally:
-        close_connection(stomp_conn)
+        session.close()
     offset = seed.port - own_port
     nodes = [seed]
     for host, port in peers:

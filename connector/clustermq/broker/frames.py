@@ -16,7 +16,8 @@ DELIVERY_HEADERS = frozenset({"ack", "subscription", "content-length", "browser"
 #: Headers a message gets when the broker stores it (a copy sent again gets its own), and
 #: frame headers of the original SEND that a broker may keep as message properties: Artemis
 #: keeps ``transaction``, and forwarded it put a re-sent copy into a long-gone transaction, where
-#: the message silently vanished (measured on 2.40.0).
+#: the message silently vanished (2.40.0; docs/broker-behaviour.md, "`message-id`, `ack`, and the headers a
+#: SEND brings back").
 STORED_HEADERS = frozenset({"message-id", "destination", "redelivered", "timestamp", "transaction", "receipt"})
 
 

@@ -2,7 +2,7 @@
 
 stomp.py calls listeners on its receiver thread. A listener here only records and signals;
 frames are sent from the caller's thread, never from the receiver thread (sending from it
-deadlocked on a full socket buffer, measured in the reader). Subclasses that override a
+deadlocked on a full socket buffer: docs/design.md, "Acknowledgement on commit"). Subclasses that override a
 callback call the base's too, so the state below is always kept.
 """
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from clustermq.errors import OptionError
 
 #: Longest queue name in UTF-8 bytes. Classic refuses a header line over 10,240 bytes ("The
-#: maximum header length was exceeded", measured on 5.18.3), and the writer's staging queue
+#: maximum header length was exceeded" on 5.18.3; docs/broker-behaviour.md, "Smaller Classic facts"), and the writer's staging queue
 #: ``clustermq.staging.<queue>.<32-hex job>.n<node>`` is about 60 bytes longer than the queue.
 MAX_QUEUE_NAME_BYTES = 1024
-#: Characters a queue name may not contain, and why (measured on Classic 5.18.3, Artemis 2.40.0;
-#: neither broker refuses them, they silently do something else): Classic reads ',' as a
+#: Characters a queue name may not contain, and why (Classic 5.18.3, Artemis 2.40.0: neither
+#: broker refuses them, they silently do something else): Classic reads ',' as a
 #: composite destination (one SEND lands in several queues) and '?' as the start of destination
 #: options (the rest of the name is dropped); '*' and '>' (Classic) and '#' and '*' (Artemis)
 #: make a SUBSCRIBE a wildcard subscription that consumes other queues; ':' and whitespace are

@@ -19,7 +19,7 @@ import ssl
 from collections.abc import Iterable
 
 from clustermq.broker.nodes import Node
-from clustermq.broker.tls import tls_failure
+from clustermq.broker.stomp_tls import tls_failure
 from clustermq.errors import DNS, LOGIN, REFUSED, TIMEOUT, TLS, NodeUnavailable, NoNodeReachable
 
 #: a failed connect that took this share of the socket timeout (or more) ran into it

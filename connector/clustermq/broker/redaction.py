@@ -3,8 +3,8 @@ r"""Keeping secrets out of logs: stomp.py's frame logging and its noisy TLS shut
 stomp.py 9.0.0 logs every frame it sends at DEBUG ("sending frame: [b'CONNECT', ...,
 b'passcode:<password>\n', ...]"). Its own scrubber (utils.PASSCODE_RE, r"passcode:\s+...")
 wants whitespace after the colon, which a STOMP header never has, so the password is logged in
-clear (measured). The filter below is installed on stomp.py's one logger ("stomp.py") when this
-module is imported -- which :mod:`clustermq.broker.connection`, the one place that opens
+clear. The filter below is installed on stomp.py's one logger ("stomp.py") when this
+module is imported -- which :mod:`clustermq.broker.stomp_connection`, the one place that opens
 connections, does, in the driver and in Spark's Python workers -- and rewrites each record
 before any handler sees it.
 """
@@ -66,7 +66,7 @@ class QuietTlsShutdown(logging.Filter):
     """Demote stomp.py's WARNING on a TLS close without ``close_notify`` to DEBUG.
 
     After the RECEIPT of a DISCONNECT the broker closes the TCP connection without a TLS
-    close_notify (measured on Classic 5.18), so stomp.py's ``unwrap()`` in ``disconnect_socket``
+    close_notify (Classic 5.18), so stomp.py's ``unwrap()`` in ``disconnect_socket``
     fails and logs "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol"
     as a WARNING on every clean TLS disconnect: noise that hides real warnings.
     """

@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clustermq.broker.settings import ConnectionOptions
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.devtools import demo
-from clustermq.devtools.bench.run import main as bench_main
 from clustermq.devtools.loadgen import LoadSpec, print_progress, produce
 from clustermq.devtools.localcluster.commands import add_cluster_parsers, brokers_for, credentials_for
 from clustermq.devtools.localcluster.fetch import main as fetch_main
@@ -76,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its own parser: python -m clustermq.devtools.bench.run takes the same flags
+        # imported here: the bench is development tooling (Spark, plots), never loaded by the
+        # other commands
+        from clustermq.devtools.bench.run import main as bench_main
+
         return bench_main(argv[1:])
     if argv[:2] == ["cluster", "fetch"]:  # its own parser, in localcluster.fetch
         return fetch_main(argv[2:])

@@ -19,14 +19,14 @@ from pathlib import Path
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.depth import connection_depths
-from clustermq.broker.settings import ConnectionOptions
 from clustermq.devtools.loadgen import LoadSpec, print_progress, produce
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from clustermq.options import OptionError, parse_connection_options
 from clustermq.pipelines.delta_session import delta_session
 from clustermq.pipelines.delta_stream import start_queue_to_delta
-from clustermq.pipelines.session import LOCAL_TUNING
+from clustermq.pipelines.spark_session import LOCAL_TUNING
 from clustermq.pipelines.streaming import run_until_done
 
 MAX_RUNS = 3
@@ -104,10 +104,10 @@ def queue_to_delta(
     runs = 0
     try:
         # AvailableNow reads the backlog measured at start. A Classic network with many groups
-        # could stop dispatching to a consumer (docs/broker-behaviour.md, "Dispatch stalls");
-        # the run then ends with messages left, unacknowledged. Since the local cluster's queues
-        # wait before their first dispatch (timeBeforeDispatchStarts) 5 of 5 demos needed one
-        # run; should it happen, the demo, like an operator, runs the job again from its
+        # could stop dispatching to a consumer (docs/broker-behaviour.md, "Dispatch stalls with
+        # many groups"); the run then ends with messages left, unacknowledged. The local
+        # cluster's queues wait before their first dispatch (timeBeforeDispatchStarts), which
+        # makes that rare (the same section); should it happen, the demo, like an operator, runs the job again from its
         # checkpoint (fresh subscriptions drain the rest) and reports the runs.
         while runs < MAX_RUNS:
             runs += 1

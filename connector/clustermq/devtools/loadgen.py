@@ -14,11 +14,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clustermq.broker.connection import close_connection, open_connection
-from clustermq.broker.dialect import resolve_dialect
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.listener import StompListener, commit_with_receipt
 from clustermq.broker.nodes import Node
-from clustermq.broker.settings import ConnectionOptions
+from clustermq.broker.session import node_session
 from clustermq.errors import LinkLost, NodeUnavailable
 from clustermq.groups import bucket_for_group
 
@@ -99,9 +98,8 @@ def _produce_node(
     slot: int,
 ) -> int:
     listener = StompListener()
-    conn, connected = open_connection(node, options, listener, "clustermq-loadgen")
-    try:
-        dialect = resolve_dialect(options.flavor, connected.get("server"))
+    with node_session(node, options, listener, "clustermq-loadgen") as session:
+        conn, dialect = session.conn, session.dialect
         destination = dialect.destination(options.queue)
         tx = None
         for n, (i, group, pos) in enumerate(items):
@@ -122,8 +120,6 @@ def _produce_node(
                 tx = None
                 done[slot] = n + 1
         return len(items)
-    finally:
-        close_connection(conn)
 
 
 def print_progress(done: int, total: int) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 from clustermq.jobs.runner import job_parser, positive_int, run_spark_job, session_for_format
 from clustermq.options import ReadOptions
 from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
-from clustermq.pipelines.jobs import parse_key_values, reader_options
+from clustermq.pipelines.job_config import parse_key_values, reader_options
 from clustermq.pipelines.streaming import StreamProgress, measure_backlog, run_until_done
 
 NAME = "export_backlog"
@@ -55,8 +55,6 @@ class ExportResult:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = job_parser(NAME, __doc__)
-    p.add_argument("--brokers", required=True)
-    p.add_argument("--queue", required=True)
     p.add_argument("--out", required=True, help="output path (Delta table or Parquet folder)")
     p.add_argument("--mode", choices=MODES, default="browse")
     p.add_argument("--format", choices=FORMATS, default="delta")

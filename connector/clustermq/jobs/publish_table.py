@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
 from clustermq.jobs.runner import job_parser, run_spark_job, session_for_format
-from clustermq.pipelines.jobs import credentials_from_env, parse_key_values
+from clustermq.pipelines.job_config import credentials_from_env, parse_key_values
 
 NAME = "publish_table"
 FORMATS = ("delta", "parquet")
@@ -39,8 +39,6 @@ FORMATS = ("delta", "parquet")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = job_parser(NAME, __doc__)
-    p.add_argument("--brokers", required=True)
-    p.add_argument("--queue", required=True)
     p.add_argument("--input", required=True, help="Delta table or Parquet folder")
     p.add_argument("--format", choices=FORMATS, default="delta")
     body = p.add_mutually_exclusive_group(required=True)

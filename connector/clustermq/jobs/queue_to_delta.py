@@ -39,7 +39,7 @@ from clustermq.pipelines.body_parse import body_parse_from_flags
 from clustermq.pipelines.delta_session import delta_session
 from clustermq.pipelines.delta_sink import DEDUPE_SCOPES, BatchReport
 from clustermq.pipelines.delta_stream import start_queue_to_delta
-from clustermq.pipelines.jobs import (
+from clustermq.pipelines.job_config import (
     load_config,
     merge_settings,
     parse_key_values,
@@ -68,10 +68,8 @@ CommitHook = Callable[[int], None]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = job_parser(NAME, __doc__)
+    p = job_parser(NAME, __doc__, cluster_required=False)  # or from --config
     p.add_argument("--config", help="INI file with a [queue_to_delta] section (see conf/queue_to_delta.conf)")
-    p.add_argument("--brokers")
-    p.add_argument("--queue")
     p.add_argument("--table", help="path or URI of the Delta table (created on the first batch)")
     p.add_argument("--checkpoint", help="checkpoint folder of the streaming query")
     p.add_argument("--trigger", help="availableNow or processingTime=<interval> (default processingTime=5s)")

@@ -25,8 +25,8 @@ import sys
 from pyspark.sql import SparkSession
 
 from clustermq.jobs.runner import job_parser, positive_int, run_spark_job
-from clustermq.pipelines.jobs import parse_key_values, reader_options
-from clustermq.pipelines.session import job_session
+from clustermq.pipelines.job_config import parse_key_values, reader_options
+from clustermq.pipelines.spark_session import job_session
 from clustermq.pipelines.streaming import apply_trigger, check_trigger, run_until_done
 
 NAME = "queue_to_parquet"
@@ -34,8 +34,6 @@ NAME = "queue_to_parquet"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = job_parser(NAME, __doc__)
-    p.add_argument("--brokers", required=True)
-    p.add_argument("--queue", required=True)
     p.add_argument("--out", required=True, help="Parquet output folder")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--trigger", default="processingTime=1s",

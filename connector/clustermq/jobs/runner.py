@@ -29,8 +29,8 @@ from clustermq import errors
 from clustermq.errors import ClusterMQError, DeltaJarsMissing, JobConfigError, NotInstalled, OptionError
 from clustermq.logs import LOG_LEVEL_ENV
 from clustermq.pipelines.delta_session import delta_session
-from clustermq.pipelines.jobs import PASSWORD_ENV, job_logging
-from clustermq.pipelines.session import job_session
+from clustermq.pipelines.job_config import PASSWORD_ENV, job_logging
+from clustermq.pipelines.spark_session import job_session
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,14 @@ class JobArgumentParser(argparse.ArgumentParser):
         raise JobConfigError(message)
 
 
-def job_parser(name: str, doc: str | None) -> JobArgumentParser:
-    """The parser of job ``name``, its module docstring as the help text."""
-    return JobArgumentParser(prog=name, description=doc,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+def job_parser(name: str, doc: str | None, *, cluster_required: bool = True) -> JobArgumentParser:
+    """The parser of job ``name``, its module docstring as the help text, with the two flags
+    every job has: ``--brokers`` and ``--queue`` (optional where a config file may give them)."""
+    parser = JobArgumentParser(prog=name, description=doc,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--brokers", required=cluster_required)
+    parser.add_argument("--queue", required=cluster_required)
+    return parser
 
 
 def positive_int(text: str) -> int:

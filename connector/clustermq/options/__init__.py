@@ -7,7 +7,7 @@ limits, meaning); :mod:`~clustermq.options.parsed` reads them into :class:`ReadO
 """
 
 from clustermq.errors import OptionError
-from clustermq.options.connection import parse_connection_options
+from clustermq.options.common_options import parse_connection_options
 from clustermq.options.parsed import ReadOptions, WriteOptions
 from clustermq.options.table import (
     ACK_MODES,
@@ -18,7 +18,7 @@ from clustermq.options.table import (
     SPEC,
     known_options,
 )
-from clustermq.options.tls import parse_tls
+from clustermq.options.tls_options import parse_tls
 
 __all__ = [
     "ACK_MODES",

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.nodes import Node, parse_nodes
-from clustermq.broker.settings import ConnectionOptions
 from clustermq.errors import OptionError
-from clustermq.options.amqp import parse_amqp_nodes
-from clustermq.options.connection import parse_connection_options
+from clustermq.options.amqp_options import parse_amqp_nodes
+from clustermq.options.common_options import parse_connection_options
 from clustermq.options.table import (
     ACK_MODE,
     AVAILABLE_NOW_IDLE_TIMEOUT,

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from clustermq.errors import JobConfigError
-from clustermq.pipelines.columns import CORRUPT_COLUMN, TABLE_COLUMNS, WORKING_COLUMNS
+from clustermq.pipelines.table_columns import CORRUPT_COLUMN, TABLE_COLUMNS, WORKING_COLUMNS
 
 PARSE_FORMATS = ("json",)
 _PARSED = "_clustermq_parsed"  # the parse result while a batch is processed; never written

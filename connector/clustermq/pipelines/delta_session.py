@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from clustermq.errors import DeltaJarsMissing
 from clustermq.pipelines.delta_jars import cache_is_complete, delta_jars
-from clustermq.pipelines.session import (
+from clustermq.pipelines.spark_session import (
     Builder,
     job_session,
     launched_by_spark_submit,
@@ -78,7 +78,7 @@ def _pip_route(builder: Builder) -> Builder:
 
 
 def delta_session(app_name: str, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
-    """The job's session (:func:`~clustermq.pipelines.session.job_session`) with Delta.
+    """The job's session (:func:`~clustermq.pipelines.spark_session.job_session`) with Delta.
 
     An already active session is used as it is when Delta's classes are on its class path (the
     class path cannot change once the JVM runs); otherwise the error names the routes.

@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
 from clustermq.pipelines.body_parse import BodyParse
-from clustermq.pipelines.columns import (
+from clustermq.pipelines.table_columns import (
     ANY_REDELIVERED,
     COPIES,
     CORRUPT_COLUMN,
@@ -64,7 +64,8 @@ log = logging.getLogger("clustermq.delta_sink")
 DEDUPE_SCOPES = ("redelivered", "all")
 #: Off by default: a cached plan keeps ``spark.sql.shuffle.partitions`` partitions, so with
 #: Spark's 200 every batch wrote 200 files of ~100 rows (a 20,000-row batch: 10.5 s instead of
-#: 1.6-1.9 s with it on, measured on 2 cores; one file instead of 200).
+#: 1.6-1.9 s with it on, one file instead of 200: docs/design.md, "Pipelines: exactly once
+#: into Delta").
 ADAPTIVE_CACHED_PARTITIONS = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
 
 

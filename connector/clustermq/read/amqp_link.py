@@ -152,7 +152,7 @@ class AmqpLink(MessagingHandler):
             self._fail(str(exc))
             return
         address, capabilities = self._dialect.amqp_source(self.sub.options.connection.queue)
-        self.sub.dialect = self._dialect  # deliveries may start as soon as credit is granted
+        self.sub.set_dialect(self._dialect)  # deliveries may start as soon as credit is granted
         self._receiver = event.container.create_receiver(
             event.connection, address, name=f"clustermq-{self.sub.index}",
             options=_Capabilities(capabilities))
@@ -234,7 +234,12 @@ class AmqpLink(MessagingHandler):
     def _lost(self, reason: str) -> None:
         if not self._closing and not self._reported:
             self._reported = True
-            self.sub._on_lost(self.generation, reason)
+            self.sub.link_lost(self.generation, reason)
+
+    def detach_timed_out(self) -> None:
+        """The broker did not answer the detach within ``DETACH_WAIT_S``: close anyway."""
+        self._deadline = None
+        self._shut()
 
     def _shut(self) -> None:
         if self._deadline is not None:
@@ -255,8 +260,7 @@ class _Deadline(Handler):
         self.link = link
 
     def on_timer_task(self, event: Any) -> None:
-        self.link._deadline = None
-        self.link._shut()
+        self.link.detach_timed_out()
 
 
 def _condition(condition: Any) -> str:
@@ -277,8 +281,7 @@ def open_amqp_link(sub: LinkOwner, generation: int) -> AmqpLink:
         arrived = link.ready.wait(timeout)
         if arrived and link.failure is None:
             return link
-        link._closing = True  # a failed attempt reports no loss
-        link.close(wait=False)
+        link.close(wait=False)  # closing first: a failed attempt reports no loss
         reason = link.failure or f"no AMQP attach within {timeout:.0f} s (option connectTimeout)"
         failures.append(amqp_failure(member, reason, timeout))
     kinds = {kind for kind, _ in failures}

@@ -27,13 +27,12 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.depth import queue_depth
-from clustermq.broker.dialect import BrokerDialect, configured_dialect, resolve_dialect
+from clustermq.broker.dialect import BrokerDialect, configured_dialect
 from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.listener import BROKER_ERROR, Inbox
 from clustermq.broker.nodes import Node
-from clustermq.broker.reachability import no_node_reachable
+from clustermq.broker.session import first_answering_node, node_session
 from clustermq.errors import BrowseIncomplete, BrowseRefused, BrowseTimeout, LinkLost, NodeUnavailable
 from clustermq.options import OptionError, ReadOptions
 from clustermq.read.messages import BufferedMessage
@@ -101,16 +100,9 @@ class ClusterMQBatchReader(DataSourceReader):
 def detect_cluster_dialect(options: ReadOptions) -> BrokerDialect:
     """The dialect of the first node that answers (all nodes of a cluster are one product);
     :class:`NoNodeReachable` naming every node and why when none does."""
-    errors = []
-    for node in options.connection.nodes:
-        try:
-            conn, connected = open_connection(node, options.connection)
-        except NodeUnavailable as exc:
-            errors.append(exc)
-            continue
-        close_connection(conn)
-        return resolve_dialect(options.connection.flavor, connected.get("server"))
-    raise no_node_reachable(f"for the batch read of queue '{options.connection.queue}'", errors)
+    with first_answering_node(options.connection.nodes, options.connection,
+                              f"for the batch read of queue '{options.connection.queue}'") as session:
+        return session.dialect
 
 
 def _depth(node: Node, options: ReadOptions) -> int | None:
@@ -132,11 +124,10 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
     conn_options = options.connection
     depth_before = _depth(node, options)
     browser = Inbox()
-    conn, connected = open_connection(node, conn_options, browser, "clustermq-browse")
-    try:
-        dialect = resolve_dialect(conn_options.flavor, connected.get("server"))
+    with node_session(node, conn_options, browser, "clustermq-browse") as session:
+        dialect = session.dialect
         dialect.check_browse(DRAIN_HINT, where=f"broker node {node.name}: ")
-        conn.subscribe(
+        session.conn.subscribe(
             destination=dialect.destination(conn_options.queue),
             id=f"clustermq-browse-{index}",
             ack="auto",
@@ -167,8 +158,6 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
                 chunk = []
         if chunk:
             yield _to_batch(node, chunk, dialect, conn_options.group_id_header)
-    finally:
-        close_connection(conn)
     depth_after = _depth(node, options)
     known = [d for d in (depth_before, depth_after) if d is not None]
     if known and seen < min(known):

@@ -2,13 +2,15 @@
 
 ``stomp`` (stomp_link.py, the default) and ``amqp`` (amqp_link.py, opt-in: it shows a JMS
 group's name on Classic and the JMS message id on Artemis, at several times the CPU per
-message) implement the same :class:`Link`; the subscription above them (the :class:`LinkOwner`)
-numbers, buffers, reconnects and decides when to acknowledge, the same for both.
+message) implement the same :class:`Link` and call their owner through the same
+:class:`LinkOwner`; the subscription (the owner) numbers, buffers, reconnects and decides when
+to acknowledge, the same for both. Wire details (frames, group slots, settlement) stay in the link.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.nodes import Node
@@ -31,19 +33,30 @@ class Link(Protocol):
 
 
 class LinkOwner(Protocol):
-    """The node subscription a link delivers to (read/subscription.py)."""
+    """The node subscription a link delivers to (read/subscription.py).
+
+    A link calls it from its own thread (stomp.py's receiver, proton's reactor); ``generation``
+    names the connection, so that what a dropped connection still reports is recognised as late.
+    """
 
     node: Node
     index: int
     options: ReadOptions
-    dialect: BrokerDialect | None
-    _slots: dict[str, int | None]
+
+    def set_dialect(self, dialect: BrokerDialect) -> None:
+        """The node's dialect, told before the first delivery (which may come before the link's
+        opener returns)."""
 
     def deliver(self, headers: dict[str, str], body: bytes, ack_id: str | None, generation: int,
-                slot: int | None = None) -> None: ...
+                slot: int | None = None) -> None:
+        """One message, with the sender's headers; ``slot`` is its group slot (read/slots.py)."""
 
-    def _on_message(self, frame: Any, generation: int) -> None: ...
+    def link_lost(self, generation: int, reason: str) -> None:
+        """The connection of ``generation`` is gone: the broker takes back what is unacknowledged."""
 
-    def _on_lost(self, generation: int, reason: str) -> None: ...
+    def note_error(self, message: str) -> None:
+        """An error the node reported without (yet) closing the connection."""
 
-    def _note_error(self, message: str) -> None: ...
+
+#: opens a connection of ``generation`` for its owner; raises :class:`~clustermq.errors.NodeUnavailable`
+LinkOpener = Callable[[LinkOwner, int], Link]

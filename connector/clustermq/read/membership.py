@@ -24,9 +24,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.discovery import REFRESH_INTERVAL_S, merged, published
 from clustermq.broker.nodes import Node
-from clustermq.broker.settings import ConnectionOptions
 from clustermq.errors import NodeUnavailable
 from clustermq.read.subscription import NodeSubscription
 

@@ -38,12 +38,7 @@ class BackupSubscription(NodeSubscription):
             self.paused = True
             log.warning("priority backup: preferred node(s) %s reachable; node %s paused (its "
                         "planned messages are acknowledged first)", ", ".join(preferred), self.node.name)
-        with self._lock:
-            idle = self._connected and (self.reserved_end is None or self.acked_upto is not None
-                                        and self.acked_upto >= self.reserved_end)
-            generation = self._generation
-        if idle:
-            self._on_lost(generation, "paused for a preferred node")
+        self.close_if_settled("paused for a preferred node")
 
     def resume(self) -> None:
         """Read from this node again: no preferred node is connected."""

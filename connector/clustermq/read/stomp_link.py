@@ -1,39 +1,106 @@
-"""A node subscription's STOMP connection (the default ``transport``): subscribe, ACK, close.
+"""A node subscription's STOMP connection (the default ``transport``): subscribe, deliver, ACK, close.
 
 One of the two link kinds behind :class:`~clustermq.read.subscription.NodeSubscription` (the
 other is :mod:`clustermq.read.amqp_link`); the subscription keeps the numbering, the buffer and
-the reconnects, a link only moves messages and acknowledgements over its wire.
+the reconnects, a link only moves messages and acknowledgements over its wire. stomp.py calls
+the :class:`Receiver` on its receiver thread, which only hands deliveries over (each with its
+group slot, read/slots.py); acknowledgements are sent from the caller's thread.
 """
 
 from __future__ import annotations
 
-import stomp
+import logging
+import time
+from typing import Any
 
-from clustermq.broker.connection import close_connection, open_connection
-from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.dialect import BrokerDialect
+from clustermq.broker.frames import body_bytes, error_text, message_headers
+from clustermq.broker.listener import StompListener
+from clustermq.broker.session import NodeSession, open_node
+from clustermq.broker.stomp_connection import HEARTBEAT_RECEIVE_SCALE
 from clustermq.options import ReadOptions
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
-from clustermq.read.receiver import Receiver
 from clustermq.read.slots import last_per_slot, slot_count, slot_ids, slot_prefetch
+
+log = logging.getLogger("clustermq.subscription")
+
+
+class Receiver(StompListener):
+    """stomp.py's callbacks for one connection (one ``generation``): deliveries, losses, ERRORs.
+
+    Remembers when the node last sent anything, so a loss can be told apart: stomp.py's
+    heart-beat thread closes the socket *before* it calls ``on_heartbeat_timeout``, and the
+    receiver thread usually reports ``on_disconnected`` first (measured: every stall in the
+    network-fault test was reported as "connection lost").
+    """
+
+    def __init__(self, owner: LinkOwner, generation: int) -> None:
+        super().__init__()
+        self.owner = owner
+        self.generation = generation
+        self.heartbeat_s = owner.options.connection.heartbeat_ms / 1000
+        #: STOMP subscription id -> group slot; filled before the first SUBSCRIBE
+        self.slots: dict[str, int | None] = {}
+        self.last_frame = time.monotonic()
+
+    def _why(self, default: str) -> str:
+        silent = time.monotonic() - self.last_frame
+        if self.heartbeat_s and silent >= 0.95 * self.heartbeat_s * HEARTBEAT_RECEIVE_SCALE:
+            return f"heart-beat timeout: nothing received for {silent:.1f} s"
+        return default
+
+    def on_connected(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+        super().on_connected(frame)
+
+    def on_heartbeat(self) -> None:
+        self.last_frame = time.monotonic()
+
+    def on_receipt(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+        super().on_receipt(frame)
+
+    def on_message(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+        self.owner.deliver(message_headers(frame.headers), body_bytes(frame), frame.headers.get("ack"),
+                           self.generation, self.slots.get(frame.headers.get("subscription", "")))
+
+    def on_disconnected(self) -> None:
+        super().on_disconnected()
+        self.owner.link_lost(self.generation, self._why("connection lost"))
+
+    def on_heartbeat_timeout(self) -> None:
+        super().on_heartbeat_timeout()
+        self.owner.link_lost(self.generation, self._why("heart-beat timeout"))
+
+    def on_error(self, frame: Any) -> None:
+        self.last_frame = time.monotonic()
+        super().on_error(frame)
+        message = error_text(frame)
+        log.error("node %s sent ERROR: %s", self.owner.node.name, message)
+        self.owner.note_error(message)
 
 
 class StompLink:
     """One STOMP connection of a node's subscription, with its group slots' subscriptions."""
 
-    def __init__(self, conn: stomp.Connection12, dialect: BrokerDialect, ack_mode: str) -> None:
-        self.conn = conn
-        self.dialect = dialect
+    def __init__(self, session: NodeSession, ack_mode: str) -> None:
+        self.session = session
         self.ack_mode = ack_mode
+
+    @property
+    def dialect(self) -> BrokerDialect:
+        return self.session.dialect
 
     def ack(self, messages: list[BufferedMessage]) -> None:
         """``client``: one cumulative ACK per slot; ``client-individual``: one per message."""
         for message in last_per_slot(messages) if self.ack_mode == "client" else messages:
-            self.conn.ack(message.ack_id)
+            self.session.conn.ack(message.ack_id)
 
     def close(self) -> None:
         """Close without acknowledging: unacknowledged messages go back to the broker."""
-        close_connection(self.conn)
+        self.session.close()
 
 
 def flow_control(options: ReadOptions, dialect: BrokerDialect, slots: int, slot: int | None = None) -> dict[str, str]:
@@ -50,21 +117,21 @@ def flow_control(options: ReadOptions, dialect: BrokerDialect, slots: int, slot:
                                      batch_bytes=options.max_bytes_per_trigger or 0)
 
 
-def open_stomp_link(sub: LinkOwner, generation: int) -> StompLink:
-    """Connect ``sub``'s node and subscribe (one subscription per group slot); raises
+def open_stomp_link(owner: LinkOwner, generation: int) -> StompLink:
+    """Connect ``owner``'s node and subscribe (one subscription per group slot); raises
     :class:`~clustermq.errors.NodeUnavailable`."""
-    options = sub.options
-    receiver = Receiver(sub.node.name, generation, options.connection.heartbeat_ms,
-                        sub._on_message, sub._on_lost, sub._note_error)
-    conn, connected = open_connection(sub.node, options.connection, receiver)
+    options = owner.options
+    receiver = Receiver(owner, generation)
+    session = open_node(owner.node, options.connection, receiver)
     try:
-        dialect = resolve_dialect(options.connection.flavor, connected.get("server"))
-        sub.dialect = dialect  # deliveries start before subscribe() returns (_message_key)
-        sub._slots = slot_ids(sub.index, slot_count(dialect, options.num_partitions))
-        for sub_id, slot in sub._slots.items():  # several where the broker hides groups
-            conn.subscribe(destination=dialect.destination(options.connection.queue), id=sub_id,
-                           ack=options.ack_mode, headers=flow_control(options, dialect, len(sub._slots), slot))
+        dialect = session.dialect
+        owner.set_dialect(dialect)  # deliveries start before subscribe() returns
+        receiver.slots = slot_ids(owner.index, slot_count(dialect, options.num_partitions))
+        for sub_id, slot in receiver.slots.items():  # several where the broker hides groups
+            session.conn.subscribe(destination=dialect.destination(options.connection.queue), id=sub_id,
+                                   ack=options.ack_mode,
+                                   headers=flow_control(options, dialect, len(receiver.slots), slot))
     except Exception:
-        close_connection(conn)
+        session.close()
         raise
-    return StompLink(conn, dialect, options.ack_mode)
+    return StompLink(session, options.ack_mode)

@@ -20,17 +20,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import stomp
 
 from clustermq.broker.dialect import BrokerDialect
-from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.nodes import Node
 from clustermq.errors import NodeUnavailable
 from clustermq.options import ReadOptions
-from clustermq.read.copies import RecentIds
-from clustermq.read.links import Link
+from clustermq.read.available_now import RecentIds
+from clustermq.read.links import Link, LinkOpener, LinkOwner
 from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.stomp_link import open_stomp_link
 
@@ -43,8 +42,17 @@ class ArrivalNumbers(Protocol):
     def __next__(self) -> int: ...
 
 
+def open_transport_link(owner: LinkOwner, generation: int) -> Link:
+    """A link of the ``transport`` option; proton is imported only where AMQP is asked for."""
+    if owner.options.transport == "amqp":
+        from clustermq.read.amqp_link import open_amqp_link
+
+        return open_amqp_link(owner, generation)
+    return open_stomp_link(owner, generation)
+
+
 class NodeSubscription:
-    """The query's competing consumer on one node."""
+    """The query's competing consumer on one node; the owner of its links (read/links.py)."""
     paused = False  # a priority backup reading nothing while a preferred node is up (priority.py)
 
     def __init__(
@@ -55,6 +63,8 @@ class NodeSubscription:
         arrivals: ArrivalNumbers,
         on_dropped: Callable[[int], None],
         recent: RecentIds | None = None,
+        *,
+        open_link: LinkOpener = open_transport_link,
     ) -> None:
         self.node = node
         self.index = index
@@ -64,6 +74,7 @@ class NodeSubscription:
         # deliveries that do not count towards AvailableNow's backlog (given back, or copies)
         self._on_dropped = on_dropped
         self._recent = recent if recent is not None else RecentIds()
+        self._open_link = open_link
         self._lock = threading.Condition()
         self._conn: Link | None = None
         self._generation = 0
@@ -72,7 +83,6 @@ class NodeSubscription:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._unnumbered: list[BufferedMessage] = []
-        self._slots: dict[str, int | None] = {}  # subscription id -> group slot
         self._messages: deque[BufferedMessage] = deque()
         self.base: int | None = None
         self.next_seq: int | None = None
@@ -87,16 +97,12 @@ class NodeSubscription:
 
     # ------------------------------------------------------------------ connection
     def connect_once(self) -> None:
-        """One connection attempt over the ``transport`` option's link; raises :class:`NodeUnavailable`."""
+        """One connection attempt (a link of the ``transport`` option unless ``open_link`` says
+        otherwise); raises :class:`NodeUnavailable`."""
         with self._lock:
             self._generation += 1
             generation = self._generation
-        if self.options.transport == "amqp":  # opt-in; proton is imported only where asked for
-            from clustermq.read.amqp_link import open_amqp_link
-
-            link: Link = open_amqp_link(self, generation)
-        else:
-            link = open_stomp_link(self, generation)
+        link = self._open_link(self, generation)
         with self._lock:
             self.dialect = link.dialect
             self._conn = link
@@ -127,7 +133,7 @@ class NodeSubscription:
             try:
                 self.connect_once()
             except (NodeUnavailable, OSError, stomp.exception.StompException) as exc:
-                self._note_error(str(exc))
+                self.note_error(str(exc))
                 log.warning("node %s still unreachable, next attempt in <= %.1f s: %s",
                             self.node.name, self.options.connection.reconnect.max_delay_s, exc)
                 continue
@@ -138,11 +144,16 @@ class NodeSubscription:
                         self.node.name, down_s, self.reconnects)
             next_delay = self.options.connection.reconnect.delays()
 
-    def _note_error(self, message: str) -> None:
+    # ------------------------------------------------------------------ what a link reports
+    def set_dialect(self, dialect: BrokerDialect) -> None:
+        """The node's dialect, before the first delivery (whose copy check needs it)."""
+        self.dialect = dialect
+
+    def note_error(self, message: str) -> None:
         self.last_error = message
 
-    def _on_lost(self, generation: int, reason: str) -> None:
-        """Called from stomp.py's thread: forget what was not handed to Spark yet."""
+    def link_lost(self, generation: int, reason: str) -> None:
+        """Called from the link's thread: forget what was not handed to Spark yet."""
         with self._lock:
             if generation != self._generation or not self._connected:
                 return
@@ -167,11 +178,21 @@ class NodeSubscription:
         many groups"); a consumer that connects afresh gets them at once. Only done when every delivered message was
         acknowledged, so it cannot produce a duplicate.
         """
+        return self._close_if(lambda: not self._messages and not self._unnumbered, reason)
+
+    def close_if_settled(self, reason: str) -> bool:
+        """Close the connection like a lost one if everything handed to Spark is acknowledged;
+        True if it did (a paused priority backup: closing earlier would give back messages a
+        running batch emits, i.e. duplicates)."""
+        return self._close_if(lambda: self.reserved_end is None or (
+            self.acked_upto is not None and self.acked_upto >= self.reserved_end), reason)
+
+    def _close_if(self, idle: Callable[[], bool], reason: str) -> bool:
         with self._lock:
-            if not self._connected or self._messages or self._unnumbered:
+            if not self._connected or not idle():
                 return False
             generation = self._generation
-        self._on_lost(generation, reason)
+        self.link_lost(generation, reason)
         return True
 
     def _drop_unreserved(self) -> int:
@@ -197,11 +218,6 @@ class NodeSubscription:
         return self._connected
 
     # ------------------------------------------------------------------ buffer
-    def _on_message(self, frame: Any, generation: int) -> None:
-        """A STOMP frame (stomp_link.py)."""
-        self.deliver(message_headers(frame.headers), body_bytes(frame), frame.headers.get("ack"), generation,
-                     self._slots.get(frame.headers.get("subscription", "")))
-
     def deliver(self, headers: dict[str, str], body: bytes, ack_id: str | None, generation: int,
                 slot: int | None = None) -> None:
         """One delivery of a link of ``generation`` (called from the link's own thread)."""
@@ -221,7 +237,7 @@ class NodeSubscription:
         if late:  # a frame of a dropped connection: the broker redelivers it, count it again
             self._on_dropped(1)
         elif self._recent.seen_before(self._message_key(headers)):
-            self._on_dropped(1)  # a copy of a message already delivered (copies.py)
+            self._on_dropped(1)  # a copy of a message already delivered (available_now.py)
 
     def _message_key(self, headers: dict[str, str]) -> str | None:
         dialect = self.dialect

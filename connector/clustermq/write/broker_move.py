@@ -6,7 +6,7 @@ queue's messages itself over its management address (Artemis's ``moveMessages``,
 STOMP like the depth probe) does the same work without them (docs/design.md, "Writer modes").
 
 How. Before any task runs, the driver asks one node whether the login may manage queues
-(:func:`probe_attempt_staging`, the writer then pickles the answer to every task). If it may,
+(:func:`login_manages_queues`; the answer picks the write mode, write/modes.py). If it may,
 every task attempt stages into *its own* queue per node, ``clustermq.staging.<queue>.<job>.
 <attempt tag>.n<node index>``, with the message's final headers already: its duplicate id
 (``_AMQ_DUPL_ID`` = ``clustermq_id``), no task header, the target header only for a row whose
@@ -31,12 +31,11 @@ from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from clustermq.broker.connection import close_connection, open_connection
-from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.listener import Inbox
-from clustermq.broker.reachability import no_node_reachable
 from clustermq.broker.request import Requester
-from clustermq.errors import DepthError, MoveError, NodeUnavailable
+from clustermq.broker.session import NodeSession, first_answering_node, node_session
+from clustermq.errors import DepthError, MoveError, NodeUnavailable, NoNodeReachable
 from clustermq.options import WriteOptions
 from clustermq.write.headers import TARGET_HEADER, staging_prefix, staging_queue
 from clustermq.write.staging import NodeMove, StagedTask, StagingMover, move_failed
@@ -45,47 +44,47 @@ T = TypeVar("T")
 #: rows whose copy goes to the ``queue`` option (the others carry the target header)
 _DEFAULT_TARGET = f"{TARGET_HEADER} IS NULL"
 #: messages per ``move_messages`` call, each one broker transaction. A call goes on in the broker
-#: when the driver dies: the limit leaves the rest staged, as a killed STOMP move does (calls
-#: doubling to 16,000 were no faster while every request subscribed its own reply address, and
-#: with one reply subscription per connection a driver killed mid-move no longer left a rest).
+#: when the driver dies: the limit leaves the rest staged, as a killed STOMP move does; larger
+#: calls were no faster (docs/decisions.md, "Writer modes and the move out of staging").
 _MOVE_CALL = 500
 
 
 def _managed(options: WriteOptions, index: int, work: Callable[[Requester, BrokerDialect], T]) -> T:
     """Run ``work`` on a request connection to node ``index``; ``NodeUnavailable`` or
     ``DepthError`` when the node cannot be asked."""
-    node = options.connection.nodes[index]
     inbox = Inbox()
-    conn, connected = open_connection(node, options.connection, inbox, "clustermq-manage")
-    try:
-        dialect = resolve_dialect(options.connection.flavor, connected.get("server"))
-        requests = Requester(conn, inbox, time.monotonic() + options.receipt_timeout_s, keep_reply=True)
-        return work(requests, dialect)
-    finally:
-        close_connection(conn)
+    with node_session(options.connection.nodes[index], options.connection, inbox,
+                      "clustermq-manage") as session:
+        return work(_requester(options, session, inbox), session.dialect)
 
 
-def probe_attempt_staging(options: WriteOptions, unreachable_fails: bool = False) -> bool:
-    """Whether the job's tasks stage per attempt for a move inside the broker: the first node
-    that answers says whether the login may manage queues there.
+def _requester(options: WriteOptions, session: NodeSession, inbox: Inbox) -> Requester:
+    return Requester(session.conn, inbox, time.monotonic() + options.receipt_timeout_s, keep_reply=True)
+
+
+def login_manages_queues(options: WriteOptions, unreachable_fails: bool = False) -> bool:
+    """Whether the login may manage queues, so the commit can move inside the broker: the
+    first node that answers says (a cluster's nodes share one login).
 
     When no node answers: with ``unreachable_fails`` (a batch write, asked once on the driver
     before any task runs) :class:`NoNodeReachable` naming every node and why; otherwise
-    ``False`` (a streaming writer asks while Spark pickles it: its tasks report the nodes).
+    ``False`` (a streaming write's tasks report the nodes they could not reach).
     """
-    if options.direct:
+    try:
+        with first_answering_node(options.connection.nodes, options.connection,
+                                  f"for writing to queue '{options.connection.queue}'") as session:
+            # attached once connected: a login refused with an ERROR frame by one node must
+            # not leave the next node's connection marked lost
+            inbox = Inbox()
+            session.conn.set_listener("clustermq-manage", inbox)
+            try:
+                return session.dialect.can_manage(_requester(options, session, inbox))
+            except DepthError:
+                return False
+    except NoNodeReachable:
+        if unreachable_fails:
+            raise
         return False
-    failures = []
-    for index in range(len(options.connection.nodes)):
-        try:
-            return _managed(options, index, lambda requests, dialect: dialect.can_manage(requests))
-        except NodeUnavailable as exc:
-            failures.append(exc)
-        except DepthError:
-            return False
-    if not unreachable_fails:
-        return False
-    raise no_node_reachable(f"for writing to queue '{options.connection.queue}'", failures)
 
 
 def move_attempts(

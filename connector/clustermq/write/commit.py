@@ -1,8 +1,9 @@
-"""The driver's end of a write: commit moves a job's staged messages into the queue, abort
-drops them, and both say what happened in the driver's log.
+"""The driver's end of a write: a staged job's commit moves its messages into the queue, its
+abort drops them, and every commit and abort says what happened in the driver's log.
 
-Why messages go through staging at all is in :mod:`clustermq.write.staging`: a Python writer is
-not told that its task failed.
+Which of these a write does is its mode's (:mod:`clustermq.write.modes`). Why messages go
+through staging at all is in :mod:`clustermq.write.staging`: a Python writer is not told that
+its task failed.
 """
 
 from __future__ import annotations
@@ -10,17 +11,32 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Sequence
-
-from pyspark.sql.datasource import WriterCommitMessage
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Protocol
 
 from clustermq.logs import apply_log_level
 from clustermq.options import WriteOptions
-from clustermq.write.broker_move import move_attempts, purge_attempts
-from clustermq.write.staging import NodeMove, StagedTask, move_job, purge_job
-from clustermq.write.task import ClusterMQCommitMessage
+from clustermq.write.staging import NodeMove, StagedTask
 
 log = logging.getLogger("clustermq.writer")
+
+
+class TaskReport(Protocol):
+    """What the driver reads of a winning task attempt's commit message
+    (:class:`~clustermq.write.task.ClusterMQCommitMessage`)."""
+
+    task_tag: str
+    rows: int
+    #: node index -> messages the attempt committed there
+    counts: dict[int, int]
+    #: node name -> why the task could not use it
+    unavailable: dict[str, str]
+
+
+#: how a staged job's messages are moved: (options, job id, winners, queue, nodes to skip)
+Move = Callable[[WriteOptions, str, Iterable[StagedTask], str, Collection[str]], list[NodeMove]]
+#: how a staged job's leftovers are dropped on every node: (options, job id, queue)
+Purge = Callable[[WriteOptions, str, str], list[NodeMove]]
 
 
 def report(text: str, warning: bool = False) -> None:
@@ -33,24 +49,15 @@ def report(text: str, warning: bool = False) -> None:
         print(f"clustermq: {text}", file=sys.stderr, flush=True)
 
 
-def winners(messages: Sequence[WriterCommitMessage | None]) -> list[ClusterMQCommitMessage]:
-    """The commit messages of the task attempts Spark kept (``None`` for tasks with no rows)."""
-    return [m for m in messages if isinstance(m, ClusterMQCommitMessage)]
-
-
-def commit_job(options: WriteOptions, what: str, job_id: str,
-               messages: Sequence[WriterCommitMessage | None]) -> list[NodeMove]:
-    """Move the winning attempts' staged messages into the queue and report per node."""
-    tasks = winners(messages)
-    if options.direct:
-        report_direct(options, f"{what} committed", tasks)
-        return []
+def commit_staged(options: WriteOptions, what: str, job_id: str,
+                  tasks: Sequence[TaskReport], move: Move) -> list[NodeMove]:
+    """Move the winning attempts' staged messages into the queue with ``move`` and report per
+    node."""
     started = time.monotonic()
     unreachable = {name for m in tasks for name in m.unavailable}
-    move = move_attempts if any(m.attempt_staging for m in tasks) else move_job
     results = move(
         options, job_id, [StagedTask(m.task_tag, m.counts) for m in tasks], options.connection.queue,
-        skip=unreachable,
+        unreachable,
     )
     per_node = {r.node: r.moved for r in results}
     total = sum(per_node.values())
@@ -76,16 +83,15 @@ def commit_job(options: WriteOptions, what: str, job_id: str,
 #: abort() keeps dropping what the job's tasks stage until none came for this long. Spark calls
 #: abort() as soon as the job failed, while tasks it is cancelling may still be committing into
 #: staging: a sibling's whole partition, or the failed task's own rows when Spark ended its
-#: writer's input early (measured: without this loop 10,000 of 16,000 staged messages stayed,
-#: Artemis; with it, the last late ones came 5.1 s (Artemis) and 4.9 s (Classic) after abort()
-#: began, up to 3.9 s after the previous find).
+#: writer's input early. The last late ones come about 5 s after abort() began (docs/design.md,
+#: "The writer: stage, then publish on commit", "How").
 ABORT_QUIET_S = 5.0
 #: ... and stops after this long whatever still arrives (what comes later stays staged, invisible)
 ABORT_LIMIT_S = 60.0
 _ABORT_POLL_S = 0.5
 
 
-def report_direct(options: WriteOptions, what: str, tasks: Sequence[ClusterMQCommitMessage],
+def report_direct(options: WriteOptions, what: str, tasks: Sequence[TaskReport],
                   warning: bool = False) -> None:
     """Direct mode: the tasks committed straight into the queue; say how many went where."""
     per_node: dict[int, int] = {}
@@ -101,23 +107,16 @@ def report_direct(options: WriteOptions, what: str, tasks: Sequence[ClusterMQCom
     report(text, warning)
 
 
-def abort_job(options: WriteOptions, what: str, job_id: str | None,
-              messages: Sequence[WriterCommitMessage | None] = (), attempt_staging: bool = False) -> None:
-    """Drop what the job staged (``job_id`` ``None``: no task reported, nothing to find), also
-    what tasks still finishing stage during the next ``ABORT_QUIET_S`` seconds; with
-    ``attempt_staging`` (or a task that says so) every attempt's own staging queue. Direct
-    mode: nothing was staged; say what the finished tasks left in the queue."""
+def abort_staged(options: WriteOptions, what: str, job_id: str | None, purge: Purge) -> None:
+    """Drop what the job staged with ``purge`` (``job_id`` ``None``: no task reported, nothing
+    to find), also what tasks still finishing stage during the next ``ABORT_QUIET_S``
+    seconds."""
     queue = options.connection.queue
-    if options.direct:
-        report_direct(options, f"{what} aborted", winners(messages), warning=True)
-        return
     if job_id is None:
         report(f"{what} aborted: nothing was published to '{queue}'; no task reported staged "
                "messages (what a failed task may have staged is dropped by the query's next "
                "committed batch)", warning=True)
         return
-    purge = purge_attempts if attempt_staging or any(
-        m.attempt_staging for m in winners(messages)) else purge_job
     started = time.monotonic()
     last_found = started
     rounds: list[int] = []  # messages dropped per purge round

@@ -2,7 +2,7 @@
 
 A bad column fails ``save()``/``start()`` naming the column and what is allowed, before any
 task runs; a row that cannot become a message is the task's to report
-(:mod:`clustermq.write.messages`).
+(:mod:`clustermq.write.message_builder`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _type_name(data_type: DataType) -> str:
 def check_header_name(name: str, group_header: str) -> str | None:
     """Why ``name`` cannot be a user header, or ``None`` if it can."""
     # stomp.py (9.0) escapes header values but not names: a '\\' in a name goes out raw, and
-    # Artemis refuses the frame ("AMQ339040 Undefined escape sequence", measured on 2.40.0).
+    # Artemis (2.40.0) refuses the frame ("AMQ339040 Undefined escape sequence").
     if not name or any(c in name for c in ":\r\n\\"):
         return ("is not a valid STOMP header name (empty, or contains ':', '\\' or a line "
                 "break)")

@@ -14,26 +14,29 @@ A COMMIT that got no receipt is *in doubt*: the broker may have committed it aft
 messages are re-sent elsewhere and the in-doubt node is left out of the task's counts, so the
 driver treats anything that did arrive there as garbage (see ``staging``).
 
-Direct mode (``writeMode`` ``direct``) sends into each message's own queue instead, with the
-``_AMQ_DUPL_ID`` the mover would add. On Artemis a transaction holding an id the node already
-has fails its whole COMMIT (a retried task's or a re-run batch's copies); its messages are then
-sent again outside a transaction, where the node drops each duplicate alone and keeps the rest.
-The ERROR does not say why (measured: "AMQ339013 Error committing <tx>" and nothing more), so
-every refused COMMIT is re-sent so; if that fails as well, the usual failover follows.
+Where and with which headers a message is sent is the write mode's (write/modes.py). Direct
+mode (``writeMode`` ``direct``) sends into each message's own queue, with the ``_AMQ_DUPL_ID``
+the mover would add. On Artemis a transaction holding an id the node already has fails its
+whole COMMIT (a retried task's or a re-run batch's copies); its messages are then sent again
+outside a transaction, where the node drops each duplicate alone and keeps the rest.
+The ERROR does not say why ("AMQ339013 Error committing <tx>" and nothing more;
+docs/broker-behaviour.md, "Duplicate ids"), so every refused COMMIT is re-sent so; if that
+fails as well, the usual failover follows.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import stomp
 
-from clustermq.broker.connection import close_connection, open_connection
-from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.listener import BROKER_ERROR, StompListener, commit_with_receipt
 from clustermq.broker.nodes import Node
+from clustermq.broker.session import open_node
+from clustermq.broker.stomp_connection import close_connection
 from clustermq.errors import (
     HeaderNotCarried,
     LinkLost,
@@ -42,8 +45,11 @@ from clustermq.errors import (
     NoWritableNode,
 )
 from clustermq.options import WriteOptions
-from clustermq.write.headers import ID_HEADER, TARGET_HEADER, TASK_HEADER
+from clustermq.write.headers import ID_HEADER
 from clustermq.write.load_balancing import failover_order
+
+if TYPE_CHECKING:
+    from clustermq.write.modes import TaskRoute
 
 log = logging.getLogger("clustermq.publisher")
 
@@ -81,24 +87,14 @@ class _Link(StompListener):
 class TaskPublisher:
     """Publishes one task's messages; ``commit()`` returns the count committed on each node.
 
-    ``destination(node_index, dialect)`` names where messages routed to a node are sent (the
-    job's staging queue on that node); ``None``: each message's own queue (direct mode).
-    ``final``: staged copies carry their final headers already (the duplicate id, no task
-    header, the target only where it is not the ``queue`` option), for a move inside the
-    broker, which re-sends nothing (write/broker_move.py).
+    ``route`` says where a message routed to a node is sent and with which headers (its write
+    mode's staging queue on that node, or the message's own queue).
     """
 
-    def __init__(
-        self,
-        options: WriteOptions,
-        destination: Callable[[int, BrokerDialect], str] | None,
-        task_label: str,
-        final: bool = False,
-    ) -> None:
+    def __init__(self, options: WriteOptions, route: TaskRoute, task_label: str) -> None:
         self.options = options
-        self._final = final
         self.nodes = list(options.connection.nodes)
-        self._destination = destination
+        self._route = route
         self._label = task_label
         self._links: dict[int, _Link] = {}
         self._dead: dict[int, str] = {}
@@ -121,18 +117,11 @@ class TaskPublisher:
                 return link
             link = _Link(index, self.nodes[index])
             try:
-                conn, connected = open_connection(
-                    link.node, self.options.connection, listener=link, listener_name="clustermq-publisher"
-                )
+                session = open_node(link.node, self.options.connection, link, "clustermq-publisher")
             except NodeUnavailable as exc:
                 self._mark_dead(index, exc.reason)
                 continue
-            link.conn = conn
-            try:
-                link.dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
-            except ValueError:
-                close_connection(conn)
-                raise
+            link.conn, link.dialect = session.conn, session.dialect
             self._links[index] = link
             return link
         raise NoWritableNode(
@@ -222,21 +211,11 @@ class TaskPublisher:
         link.pending.append(message)
 
     def _frame(self, link: _Link, message: Outgoing) -> tuple[str, dict[str, str]]:
-        """Destination and SEND headers of ``message`` on ``link``'s node: into staging with the
-        staging headers, or (direct) into its queue with the headers the mover would give it."""
+        """Destination and SEND headers of ``message`` on ``link``'s node (the route's)."""
         assert link.dialect is not None
         headers = dict(message.headers)
         headers.update(link.dialect.send_headers(message.group_id, self.options.connection.group_id_header))
-        if self._destination is not None and not self._final:
-            return self._destination(link.index, link.dialect), headers
-        target = headers.pop(TARGET_HEADER)
-        del headers[TASK_HEADER]
-        headers.update(link.dialect.duplicate_id_headers(headers[ID_HEADER]))
-        if self._destination is None:
-            return link.dialect.destination(target), headers
-        if target != self.options.connection.queue:
-            headers[TARGET_HEADER] = target
-        return self._destination(link.index, link.dialect), headers
+        return self._route.frame(link.index, link.dialect, headers)
 
     def _resend_outside_transaction(self, link: _Link) -> bool:
         """Direct mode: send a link's messages again on a new connection, outside a transaction,
@@ -244,16 +223,14 @@ class TaskPublisher:
         all stored). Used where the node refused the COMMIT of messages carrying duplicate ids,
         which it drops one by one outside a transaction. False if that failed too."""
         assert link.dialect is not None
-        if self._destination is not None or not link.pending or not link.dialect.drops_duplicates:
+        if not self._route.mode.direct or not link.pending or not link.dialect.drops_duplicates:
             return False
         fresh = _Link(link.index, link.node)
         fresh.dialect = link.dialect
         try:
-            conn, _ = open_connection(link.node, self.options.connection, listener=fresh,
-                                      listener_name="clustermq-publisher")
+            conn = fresh.conn = open_node(link.node, self.options.connection, fresh, "clustermq-publisher").conn
         except NodeUnavailable:
             return False
-        fresh.conn = conn
         *rest, last = link.pending
         try:
             for message in rest:

@@ -1,11 +1,12 @@
 """``df.write`` / ``df.writeStream`` ``.format("clustermq")``: rows in, messages out.
 
-Driver side: the input columns are checked once, before any task runs
-(:func:`~clustermq.write.layout.input_layout`). Executor side: each task turns its rows into
-messages and publishes them into the job's staging queues (:func:`~clustermq.write.task.write_task`).
-Driver side again: ``commit()`` moves the staged messages into the queue and ``abort()`` drops
-them (:mod:`clustermq.write.commit`). Why the detour through staging is in ``staging.py``: a
-Python writer is not told that its task failed.
+Driver side, when Spark creates the writer: the input columns are checked
+(:func:`~clustermq.write.layout.input_layout`) and the write mode is chosen
+(:func:`~clustermq.write.modes.choose_mode`), before any task runs. Executor side: each task
+turns its rows into messages and publishes them where the mode says
+(:func:`~clustermq.write.task.write_task`). Driver side again: ``commit()`` and ``abort()`` finish
+the way the tasks published (:mod:`clustermq.write.modes`). Why the default detour through
+staging is in ``staging.py``: a Python writer is not told that its task failed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -24,74 +24,62 @@ from pyspark.sql.datasource import (
 
 from clustermq.errors import MoveError
 from clustermq.options import WriteOptions
-from clustermq.write.broker_move import probe_attempt_staging
-from clustermq.write.commit import abort_job, commit_job, report, winners
+from clustermq.write.commit import report
 from clustermq.write.layout import InputLayout
-from clustermq.write.task import ClusterMQCommitMessage, task_identity, write_task
+from clustermq.write.modes import WriteMode, choose_mode
+from clustermq.write.task import ClusterMQCommitMessage, task_identity, winners, write_task
 
 
 class ClusterMQBatchWriter(DataSourceArrowWriter):
     """``df.write.format("clustermq").mode("append").save()``.
 
     Created on the driver, pickled to every task and back to ``commit``/``abort``: the job id
-    drawn here is shared by all of them.
+    and the mode chosen here are shared by all of them.
     """
 
     def __init__(self, options: WriteOptions, layout: InputLayout) -> None:
         self.options = options
         self.layout = layout
         self.job_id = uuid.uuid4().hex
-        #: whether the commit moves inside the broker, so each task attempt stages apart (and
-        #: ``NoNodeReachable`` now, before any task, when no node answers)
-        self.attempt_staging = probe_attempt_staging(options, unreachable_fails=True)
+        #: ``NoNodeReachable`` now, before any task, when no node answers
+        self.mode = choose_mode(options, unreachable_fails=True)
 
     def __repr__(self) -> str:
         return f"ClusterMQBatchWriter(queue={self.options.connection.queue!r}, job={self.job_id})"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
-        return write_task(self.options, self.layout, task_identity(self.job_id, False), iterator,
-                          self.attempt_staging)
+        return write_task(self.options, self.layout, task_identity(self.job_id, False), iterator, self.mode)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_job(self.options, f"job {self.job_id}", self.job_id, messages)
+        self.mode.commit(self.options, f"job {self.job_id}", self.job_id, winners(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_job(self.options, f"job {self.job_id}", self.job_id, messages, self.attempt_staging)
+        self.mode.abort(self.options, f"job {self.job_id}", self.job_id, winners(messages))
 
 
 class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("clustermq")``: one staged job per micro-batch.
 
-    Spark creates this object anew for the tasks of every batch and again, in another process,
-    for every ``commit``/``abort``: nothing is shared through it. The query id (the job id of
-    the staging queues) and the node list the tasks published by reach ``commit`` in the tasks'
-    commit messages.
+    Spark creates this object on the driver anew for the tasks of every micro-batch (and pickles
+    it to them), and again, in another process, for every ``commit``/``abort``: nothing is
+    shared through it. So the node list (``discovery=cluster``: asked for here) and the mode
+    chosen here hold for one batch's tasks, a node that joined is written to from the next
+    batch on, and ``commit``/``abort`` finish by the node list and mode the tasks report in
+    their commit messages (the query id, the staging queues' job id, comes the same way).
     """
 
     def __init__(self, options: WriteOptions, layout: InputLayout) -> None:
-        self.options = options
+        self.options = discovered(options)
         self.layout = layout
         self.fallback_id = uuid.uuid4().hex
+        self.mode = choose_mode(self.options)
 
     def __repr__(self) -> str:
         return f"ClusterMQStreamWriter(queue={self.options.connection.queue!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        """With ``discovery=cluster`` the node list is asked for here: Spark pickles the writer
-        once per micro-batch, on the driver, for that batch's tasks (``commit``/``abort`` get a
-        fresh, unpickled one). So every task of a batch publishes by one list, a node that
-        joined is written to from the next batch on, and no commit waits for a discovery it
-        would not use (it takes the tasks' list). Whether the commit can move inside the
-        broker is asked here too, once per writer object (``commit`` reads it from the tasks'
-        messages)."""
-        options = discovered(self.options)
-        if "attempt_staging" not in self.__dict__:
-            self.attempt_staging = probe_attempt_staging(options)
-        return {**self.__dict__, "options": options}
-
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
         return write_task(self.options, self.layout, task_identity(self.fallback_id, True), iterator,
-                          getattr(self, "attempt_staging", False))
+                          self.mode)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = winners(messages)
@@ -99,13 +87,14 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
             report(f"batch {batchId} committed 0 messages (no rows)")
             return
         job = tasks[0].job_id
-        commit_job(batch_options(self.options, tasks), f"query {job} batch {batchId}", job, messages)
+        batch_mode(self.mode, tasks).commit(batch_options(self.options, tasks),
+                                            f"query {job} batch {batchId}", job, tasks)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = winners(messages)
         job = tasks[0].job_id if tasks else None
-        options = batch_options(self.options, tasks) if tasks else self.options
-        abort_job(options, f"query {job or '(id unknown)'} batch {batchId}", job, messages)
+        batch_mode(self.mode, tasks).abort(batch_options(self.options, tasks),
+                                           f"query {job or '(id unknown)'} batch {batchId}", job, tasks)
 
 
 def discovered(options: WriteOptions) -> WriteOptions:
@@ -129,3 +118,13 @@ def batch_options(options: WriteOptions, tasks: Sequence[ClusterMQCommitMessage]
                         + " / ".join(",".join(n.name for n in nodes) for nodes in sorted(lists)))
     (nodes,) = lists
     return dataclasses.replace(options, connection=dataclasses.replace(options.connection, nodes=nodes))
+
+
+def batch_mode(mode: WriteMode, tasks: Sequence[ClusterMQCommitMessage]) -> WriteMode:
+    """The mode the batch's tasks published by (``mode``, this writer's, when none reported);
+    ``MoveError`` if the tasks disagree, which one pickled writer rules out."""
+    modes = {m.mode for m in tasks}
+    if len(modes) > 1:
+        raise MoveError("the tasks of one batch published in different write modes: "
+                        + ", ".join(sorted(type(m).__name__ for m in modes)))
+    return modes.pop() if modes else mode

@@ -2,12 +2,13 @@
 
 Why. Spark 4.2 does not tell a Python writer that its task failed: when an expression upstream
 of the writer fails part-way (a UDF raising on one row), the writer's input iterator simply ends
-and ``write()`` returns normally - measured: 40,000 of a 100,000-row partition arrived, then the
-end, no exception. A task therefore cannot know whether committing is right. And the alternative
-of publishing straight into the queue and removing a failed job's messages in ``abort()`` does
-not hold on ActiveMQ Classic: a selector consumer cannot reach matching messages behind more than
-``maxPageSize`` (200) others (measured: 0 of 100 found behind 20,000), a browse shows only the
-first 400, and ``abort()`` runs while sibling tasks are still writing (measured).
+and ``write()`` returns normally, with no exception. A task therefore cannot know whether
+committing is right. And the alternative of publishing straight into the queue and removing a
+failed job's messages in ``abort()`` does not hold on ActiveMQ Classic: a selector consumer
+cannot reach matching messages behind more than ``maxPageSize`` (200) others, a browse shows
+only the first 400, and ``abort()`` runs while sibling tasks are still writing (docs/design.md,
+"The writer: stage, then publish on commit"; docs/broker-behaviour.md, "Selectors do not reach
+deep messages" and "The browse limit").
 
 How. Every task commits its messages (STOMP transaction + receipt) into a *staging queue* on the
 node each message is routed to, ``clustermq.staging.<queue>.<job>.n<node index>``; no consumer of
@@ -33,11 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from clustermq.broker.connection import close_connection, open_connection
 from clustermq.broker.depth import queue_depth
-from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.frames import message_headers
 from clustermq.broker.listener import Inbox, commit_with_receipt
+from clustermq.broker.session import node_session
 from clustermq.errors import LinkLost, MoveError, NodeUnavailable
 from clustermq.options import WriteOptions
 from clustermq.write.headers import (
@@ -133,18 +134,15 @@ class StagingMover:
         started = time.monotonic()
         try:
             inbox = Inbox()
-            conn, connected = open_connection(self.node, self.options.connection, inbox, "clustermq-mover")
-            try:
-                dialect = resolve_dialect(self.options.connection.flavor, connected.get("server"))
-                conn.subscribe(
+            with node_session(self.node, self.options.connection, inbox, "clustermq-mover") as session:
+                dialect = session.dialect
+                session.conn.subscribe(
                     destination=dialect.destination(self.staging), id="clustermq-move",
                     # cumulative where the chunk is a transaction (see _drain)
                     ack="client" if dialect.transactional_ack else "client-individual",
                     headers=dialect.subscribe_headers(_PREFETCH, 1 << 24),
                 )
-                work(conn, inbox, dialect)
-            finally:
-                close_connection(conn)
+                work(session.conn, inbox, dialect)
         except (NodeUnavailable, MoveError) as exc:
             self.result.error = str(exc)
         except LinkLost as exc:
@@ -171,24 +169,24 @@ class StagingMover:
     ) -> None:
         """Consume until ``wanted`` winners were moved (``forward``) or ``wanted`` dropped.
 
-        Measured on Classic 5.18: while a transaction holds many uncommitted ACKs, the broker
-        sometimes stops dispatching (813 of 1,000 staged messages in flight, the rest never
-        paged in; 1 run in 8 with 1,000-message transactions, none in 24 with 100 or 200).
+        Classic 5.18 sometimes stops dispatching while a transaction holds many uncommitted
+        ACKs (docs/broker-behaviour.md, "Smaller Classic facts", "Transactions of many ACKs").
         Chunks of at most half the prefetch, settled whenever deliveries pause (which is how
-        such a stall ends), keep dispatch going; 200 per chunk (docs/design.md says why).
+        such a stall ends), keep dispatch going; 200 per chunk (docs/design.md, "The writer: stage,
+        then publish on commit", "How", says why).
 
         Classic: a chunk is one transaction that SENDs the final copies and ACKs the staged
         ones with a single cumulative ACK (``ack=client``) before the COMMIT, not one
         ``client-individual`` ACK per message: Classic applies each of those as an
         acknowledgement of its own and keeps them all in a list that only a ``client``
-        subscription's COMMIT clears (measured: a COMMIT of 200 individual ACKs 135-157 ms, of
-        one cumulative ACK 44-54 ms; the move of 60,000 messages on 3 nodes took 20.9 s and 38 s
-        of the brokers' CPU before, 8.2-11.0 s and 12-19 s after; docs/broker-behaviour.md).
+        subscription's COMMIT clears, which makes each COMMIT about three times as slow
+        (docs/broker-behaviour.md, "Smaller Classic facts", "Transacted individual ACKs").
 
         Artemis applies a transactional ACK at once (even if the COMMIT never comes), and a
-        duplicate ``_AMQ_DUPL_ID`` inside a transaction fails the whole COMMIT (measured:
-        ERROR "AMQ339013 Error committing", the other messages rolled back), which would make a
-        re-run move of a half-moved job fail forever. So there final copies are sent outside
+        duplicate ``_AMQ_DUPL_ID`` inside a transaction fails the whole COMMIT, the other
+        messages rolled back (docs/broker-behaviour.md, "An ACK inside a transaction is applied
+        at once" and "Duplicate ids"), which would make a re-run move of a half-moved job fail
+        forever. So there final copies are sent outside
         any transaction - the broker silently drops one whose id it already has, which makes
         the move idempotent - and the staged copies are ACKed once the last SEND's RECEIPT
         proves the chunk stored (see ``_settle``).

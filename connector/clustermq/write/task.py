@@ -1,4 +1,4 @@
-"""The task side of a write: who the task is, and its rows published into the job's staging.
+"""The task side of a write: who the task is, and its rows published where the write mode says.
 
 Message ids (``clustermq_id`` = ``<job>:<batch>:<partition>:<row>``) take job and batch from:
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -24,10 +24,10 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from clustermq.broker.nodes import Node
 from clustermq.options import WriteOptions
-from clustermq.write.headers import staging_queue
 from clustermq.write.layout import InputLayout
 from clustermq.write.load_balancing import among, job_key, task_node
-from clustermq.write.messages import MessageBuilder
+from clustermq.write.message_builder import MessageBuilder
+from clustermq.write.modes import JobStaging, TaskRoute, WriteMode
 from clustermq.write.publisher import TaskPublisher
 
 log = logging.getLogger("clustermq.writer")
@@ -49,8 +49,13 @@ class ClusterMQCommitMessage(WriterCommitMessage):
     #: the node list the task published by (its staging queues' indices point into it): a
     #: streaming commit moves by this list, not by one it would discover itself
     nodes: tuple[Node, ...] = ()
-    #: the attempt staged into its own queues, for a move inside the broker (broker_move.py)
-    attempt_staging: bool = False
+    #: how the task published, so the commit finishes the same way (write/modes.py)
+    mode: WriteMode = JobStaging()
+
+
+def winners(messages: Sequence[WriterCommitMessage | None]) -> list[ClusterMQCommitMessage]:
+    """The commit messages of the task attempts Spark kept (``None`` for tasks with no rows)."""
+    return [m for m in messages if isinstance(m, ClusterMQCommitMessage)]
 
 
 @dataclass(frozen=True)
@@ -62,12 +67,12 @@ class TaskIdentity:
 
 
 def task_identity(fallback_job: str, streaming: bool) -> TaskIdentity:
-    """Who this task is: job (or query) id, batch id, partition, attempt (from TaskContext)."""
+    """Who this task is: job (or query) id, batch id, partition, attempt (from TaskContext).
+    Only inside a Spark task; below Spark, :func:`write_task` takes a :class:`TaskIdentity`."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    if context is None:  # called outside Spark (tests of the write path)
-        return TaskIdentity(fallback_job, 0, 0, 0)
+    assert context is not None, "write() runs in a Spark task"
     job, batch = fallback_job, 0
     if streaming:
         query = context.getLocalProperty("sql.streaming.queryId")
@@ -85,10 +90,10 @@ def write_task(
     layout: InputLayout,
     identity: TaskIdentity,
     batches: Iterator[pa.RecordBatch],
-    attempt_staging: bool = False,
+    mode: WriteMode,
 ) -> ClusterMQCommitMessage:
-    """Publish one task's rows into the job's staging queues (direct mode: into their queues;
-    ``attempt_staging``: into this attempt's own staging queues); commit them with receipts.
+    """Publish one task's rows where the write's ``mode`` says (the job's staging queues, this
+    attempt's own, or the queues themselves); commit them with receipts.
 
     Any error (a bad row, no reachable node) aborts every open transaction before it
     propagates, so the task leaves nothing staged.
@@ -103,15 +108,11 @@ def write_task(
     builder = MessageBuilder(
         layout, options, identity.job_id, identity.batch_id, identity.partition, tag, default_node
     )
-    queue, job = options.connection.queue, identity.job_id
-    attempt = tag if attempt_staging else None
     publisher = TaskPublisher(
         options,
-        destination=None if options.direct else (
-            lambda index, dialect: dialect.destination(staging_queue(queue, job, index, attempt))),
+        TaskRoute(mode, options.connection.queue, identity.job_id, tag),
         task_label=(f"clustermq writer task (partition {identity.partition}, "
                     f"attempt {identity.attempt})"),
-        final=attempt_staging,
     )
     try:
         for batch in batches:
@@ -127,5 +128,5 @@ def write_task(
         job_id=identity.job_id, batch_id=identity.batch_id, partition=identity.partition,
         attempt=identity.attempt, task_tag=tag, rows=builder.row, counts=counts,
         unavailable=publisher.dead_nodes, seconds=time.monotonic() - started,
-        nodes=tuple(options.connection.nodes), attempt_staging=attempt_staging,
+        nodes=tuple(options.connection.nodes), mode=mode,
     )

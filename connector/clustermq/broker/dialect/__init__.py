@@ -7,10 +7,10 @@ from the CONNECTED frame's ``server`` header (:func:`detect_dialect`).
 
 from __future__ import annotations
 
-from clustermq.broker.dialect.amqp import ArtemisAmqpDialect, ClassicAmqpDialect
-from clustermq.broker.dialect.artemis import ArtemisDialect
+from clustermq.broker.dialect.amqp_dialects import ArtemisAmqpDialect, ClassicAmqpDialect
+from clustermq.broker.dialect.artemis_dialect import ArtemisDialect
 from clustermq.broker.dialect.base import BrokerDialect
-from clustermq.broker.dialect.classic import ClassicDialect
+from clustermq.broker.dialect.classic_dialect import ClassicDialect
 from clustermq.errors import OptionError
 
 #: every dialect by the ``flavor`` option's value for it

@@ -1,8 +1,8 @@
 """What the connector needs to know about one kind of broker, and what is the same for all.
 
 The rest of the connector asks its dialect object and never tests the flavour itself; the
-flavours themselves are in :mod:`clustermq.broker.dialect.classic` and
-:mod:`clustermq.broker.dialect.artemis`.
+flavours themselves are in :mod:`clustermq.broker.dialect.classic_dialect` and
+:mod:`clustermq.broker.dialect.artemis_dialect`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from clustermq.devtools.bench import report
-from clustermq.devtools.bench.pairs import READ_MAX_PER_TRIGGER
+from clustermq.devtools.bench.comparisons import READ_MAX_PER_TRIGGER
 from clustermq.devtools.bench.scenarios import Bench, Figure, read_connector
 
 SWEEP = (1_000, 5_000, 20_000, 50_000)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from clustermq.broker.dialect.classic import ClassicDialect
+from clustermq.broker.dialect.classic_dialect import ClassicDialect
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.partitions import MessagesPartition, bucket_rows, read_partition
 from clustermq.read.schema import READ_SCHEMA_DDL

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.depth import queue_depths
-from clustermq.broker.settings import ConnectionOptions
 
 
 @dataclass

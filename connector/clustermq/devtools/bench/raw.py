@@ -3,7 +3,7 @@
 The read benchmark quotes the connector as a ratio of this rate, so it must be an honest best
 case for the same work: client acknowledgement (cumulative, every ``ack_every`` messages and
 whenever deliveries pause, like the connector's one ACK per node per batch), the same prefetch,
-the same persistent backlog. Only the connection is the connector's (``open_connection``: same
+the same persistent backlog. Only the connection is the connector's (``node_session``: same
 login, TLS and heart-beat settings); everything after CONNECTED is plain stomp.py.
 """
 
@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from clustermq.broker.connection import close_connection, open_connection
-from clustermq.broker.dialect import BrokerDialect, resolve_dialect
+from clustermq.broker.connection_options import ConnectionOptions
+from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.listener import StompListener
 from clustermq.broker.nodes import Node
-from clustermq.broker.settings import ConnectionOptions
+from clustermq.broker.session import node_session
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,8 @@ def raw_drain(
         counter = counters[index]
         counter.node = node.name
         try:
-            conn, connected = open_connection(node, options, counter, "bench-raw")
-            try:
-                dialect = resolve_dialect(options.flavor, connected.get("server"))
+            with node_session(node, options, counter, "bench-raw") as session:
+                conn, dialect = session.conn, session.dialect
                 counter.dialect = dialect  # set before SUBSCRIBE, the first delivery needs it
                 conn.subscribe(
                     dialect.destination(options.queue), id=f"raw-{index}", ack=ack_mode,
@@ -159,8 +158,6 @@ def raw_drain(
                     tail = counter.pending + counter.unacked  # oldest first: tail[-1] is newest
                 for ack in (tail[-1:] if ack_mode == "client" else tail):
                     conn.ack(ack)
-            finally:
-                close_connection(conn)
         except BaseException as exc:
             errors.append(exc)
             done.set()

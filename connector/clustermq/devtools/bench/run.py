@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from clustermq.devtools.bench import extras, plots, report
-from clustermq.devtools.bench.pairs import (
+from clustermq.devtools.bench.comparisons import (
     PAIRS,
     READ_MAX_PER_TRIGGER,
     Pair,
@@ -34,10 +34,10 @@ from clustermq.devtools.bench.pairs import (
 from clustermq.devtools.bench.scenarios import Bench, Figure
 from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
-from clustermq.devtools.localcluster.flavors import FLAVORS
+from clustermq.devtools.localcluster.flavor_registry import FLAVORS
 from clustermq.pipelines.delta_jars import delta_jars
 from clustermq.pipelines.delta_session import delta_session
-from clustermq.pipelines.session import LOCAL_TUNING, job_session
+from clustermq.pipelines.spark_session import LOCAL_TUNING, job_session
 
 BASE_MESSAGES = 200_000
 MEMORY_MESSAGES = 1_000_000

@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.nodes import Node, format_nodes
-from clustermq.broker.settings import ConnectionOptions
 from clustermq.devtools.bench.probes import CpuMeter, DepthSampler, MemorySampler
 from clustermq.devtools.bench.raw import raw_drain
 from clustermq.devtools.loadgen import LoadSpec, produce
@@ -31,9 +31,9 @@ from clustermq.options import parse_connection_options
 Say = Callable[[str], None]
 
 #: A Classic network of brokers with many message groups sometimes stops dispatching to a
-#: node's consumer although it has prefetch room and the node has messages (measured: stalls of
-#: 15 s to minutes, with the raw client and the reader alike; fresh consumers drain the rest at
-#: once). A run that sees no arrival for this long is reported as stalled, not waited out.
+#: node's consumer although it has prefetch room and the node has messages (docs/broker-behaviour.md,
+#: "Dispatch stalls with many groups"; their length: docs/decisions.md, "The benchmark's
+#: baselines"). A run that sees no arrival for this long is reported as stalled, not waited out.
 STALL_S = 20.0
 
 
@@ -126,9 +126,9 @@ def write_connector(b: Bench, count: int, partitions: int = 6, write_mode: str =
 
 # ------------------------------------------------------------------------------- reading
 #: Per-node prefetch of the raw consumers: the reader's default in the read comparison
-#: (2 x maxMessagesPerTrigger 20,000). With 2,000 the raw consumers stalled on a Classic
-#: network with 1,000 groups (4,200 of 50,000 read, then nothing for 20 s) while the reader
-#: drained the same backlog at 2,700 msg/s: the baseline measured the window, not the brokers.
+#: (2 x maxMessagesPerTrigger 20,000): a smaller window stalled the raw consumers where the
+#: reader drained, so the baseline timed the window, not the brokers (docs/decisions.md,
+#: "The benchmark's baselines").
 RAW_PREFETCH = 40_000
 
 

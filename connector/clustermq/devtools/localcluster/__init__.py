@@ -9,6 +9,7 @@ per-node configs from the package's templates (``templates/<flavor>/``), runs on
 
 from __future__ import annotations
 
+from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor
 from clustermq.devtools.localcluster.cluster import Credentials, LocalCluster
 from clustermq.devtools.localcluster.clusterdir import ClusterStartError
 from clustermq.devtools.localcluster.fetch import (
@@ -17,9 +18,8 @@ from clustermq.devtools.localcluster.fetch import (
     distribution_home,
     ensure_distribution,
 )
-from clustermq.devtools.localcluster.flavor import BrokerFlavor
-from clustermq.devtools.localcluster.flavors import get_flavor
-from clustermq.devtools.localcluster.paths import default_cluster_dir
+from clustermq.devtools.localcluster.flavor_registry import get_flavor
+from clustermq.devtools.localcluster.harness_paths import default_cluster_dir
 from clustermq.paths import cache_dir
 
 __all__ = [

@@ -4,32 +4,35 @@ The connector is about *clusters*, so its tests need several real brokers wired 
 they need to kill and restart single nodes. The cluster's state is recorded in its directory
 (:mod:`.clusterdir`) so that another process can inspect or stop it, and every broker is stopped
 by its recorded pid, never by process name.
+
+``LocalCluster`` is the one object tests, the CLI, the demo and the bench hold; each of its jobs
+is done by a module of its own: starting a fresh cluster (:mod:`.startup`), node processes
+(:mod:`.node_processes`), waits (:mod:`.readiness`), joining (:mod:`.joining`) and the roles of
+a failover pair's members (:mod:`.member_roles`).
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
-import shutil
 import signal
 import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from clustermq.broker.nodes import Node, TlsSettings, format_nodes
 from clustermq.devtools.localcluster import process
-from clustermq.devtools.localcluster.clusterdir import NODE_DIR_NAME
-from clustermq.devtools.localcluster.flavor import Progress
-from clustermq.devtools.localcluster.flavors import get_flavor
-from clustermq.devtools.localcluster.joining import Joining
-from clustermq.devtools.localcluster.paircontrol import PairControl
-from clustermq.devtools.localcluster.pairs import client_nodes, is_paired, logical_index
-from clustermq.devtools.localcluster.ports import HOST, amqp_ports, node_ports
-from clustermq.devtools.localcluster.readiness import READY_TIMEOUT
-from clustermq.devtools.localcluster.state import ClusterState, NodeState
-from clustermq.devtools.localcluster.tls import TLS_DIR, generate_cluster_tls, keystore_password
+from clustermq.devtools.localcluster.broker_flavor import Progress
+from clustermq.devtools.localcluster.clusterdir import LOG_TAIL_LINES, ClusterDir, node_at
+from clustermq.devtools.localcluster.failover_pairs import client_nodes, is_paired, logical_index
+from clustermq.devtools.localcluster.flavor_registry import get_flavor
+from clustermq.devtools.localcluster.joining import join_node
+from clustermq.devtools.localcluster.member_roles import down_member, live_member
+from clustermq.devtools.localcluster.node_processes import STOP_GRACE, launch_node, stop_all
+from clustermq.devtools.localcluster.readiness import READY_TIMEOUT, wait_mesh, wait_ready, wait_standby
+from clustermq.devtools.localcluster.startup import ClusterShape, start_cluster
+from clustermq.devtools.localcluster.state import ClusterState
 
 DEFAULT_USERNAME = "clustermq"
-STOP_GRACE = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +44,38 @@ class Credentials(NamedTuple):
     password: str
 
 
-class LocalCluster(Joining, PairControl):
+class LocalCluster:
     """A cluster of broker processes rooted at one directory (layout: :class:`.ClusterDir`)."""
+
+    def __init__(self, dir: Path | str) -> None:
+        self._dir = ClusterDir(dir)
+        self.dir = self._dir.dir
+
+    # ----------------------------------------------------------------- the directory
+
+    @property
+    def exists(self) -> bool:
+        """Whether a cluster has been set up in this directory (running or not)."""
+        return self._dir.exists
+
+    def state(self) -> ClusterState:
+        """The recorded state; ``FileNotFoundError`` when no cluster was ever set up here."""
+        return self._dir.state()
+
+    def node_dir(self, index: int) -> Path:
+        return self._dir.node_dir(index)
+
+    def log_path(self, index: int) -> Path:
+        return self._dir.log_path(index)
+
+    def log_tail(self, index: int, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines the node's current process wrote to its log."""
+        return self._dir.log_tail(index, lines)
+
+    def log_since(self, index: int, offset: int) -> str:
+        """The node's log from byte ``offset`` on (``NodeState.log_offset``: its current run)."""
+        return self._dir.log_since(index, offset)
+
 
     # ----------------------------------------------------------------- inspection
 
@@ -92,8 +125,7 @@ class LocalCluster(Joining, PairControl):
         return self.state().flavor
 
     def is_running(self, index: int) -> bool:
-        node = self._node(self.state(), index)
-        return process.is_running(node.pid, self._marker(index))
+        return self._dir.is_running(node_at(self.state(), index))
 
     def status(self) -> list[dict[str, Any]]:
         """One dict per node: ports, pid, whether the process runs and accepts STOMP logins."""
@@ -101,7 +133,7 @@ class LocalCluster(Joining, PairControl):
         flavor = get_flavor(state.flavor)
         rows = []
         for node in state.nodes:
-            running = process.is_running(node.pid, self._marker(node.index))
+            running = self._dir.is_running(node)
             probe = flavor.probe_ready(state, node, timeout=2.0) if running else None
             rows.append(
                 {
@@ -127,7 +159,7 @@ class LocalCluster(Joining, PairControl):
         state = self.state()
         work = self.dir / "jms-clients"
         work.mkdir(exist_ok=True)
-        return get_flavor(state.flavor).jms_client(state, self._node(state, index), role, queue,
+        return get_flavor(state.flavor).jms_client(state, node_at(state, index), role, queue,
                                                    count, work=work, **options)
 
     # ----------------------------------------------------------------- lifecycle
@@ -148,8 +180,8 @@ class LocalCluster(Joining, PairControl):
         """Create and start a fresh cluster; return once every node accepts STOMP logins.
 
         With ``tls`` a new CA and a broker certificate signed by it are made in ``DIR/tls``
-        (:mod:`.tls`, with keytool) and every node's STOMP port speaks only TLS; ``ca_file`` is
-        then the CA to trust and ``brokers`` lists ``stomp+ssl://`` nodes.
+        (:mod:`.certificates`, with keytool) and every node's STOMP port speaks only TLS;
+        ``ca_file`` is then the CA to trust and ``brokers`` lists ``stomp+ssl://`` nodes.
 
         Previous node directories in ``dir`` are wiped (a new cluster has new ports and a new
         password). When the flavor can report bridge state, also waits until every node is
@@ -157,83 +189,17 @@ class LocalCluster(Joining, PairControl):
         failure every node already started is stopped before the error propagates.
 
         With ``backups`` every node is a failover pair: that many standby members share its store
-        (:mod:`.pairs`); they start once the masters are up, and wait for the store's lock.
+        (:mod:`.failover_pairs`); they start once the masters are up, and wait for the store's lock.
         """
         say = progress or log.info
-        if nodes < 1:
-            raise ValueError(f"a cluster needs at least one node, got {nodes}")
-        if backups < 0:
-            raise ValueError(f"backups must be 0 or more, got {backups}")
-        if backups and scale_down:
-            raise ValueError("scale_down and backups exclude each other: a node's messages either "
-                             "stay in the store its standby takes over or move to a peer")
+        shape = ClusterShape(nodes=nodes, base_port=base_port, username=username, password=password,
+                             tls=tls, scale_down=scale_down, backups=backups)
+        shape.check()
         impl = get_flavor(flavor)
         if password is not None and not password:
             raise ValueError("password must not be empty")
-        self._check_dir_usable()
-        with self._lock():
-            previous = ClusterState.load(self.dir)
-            if previous is not None:
-                alive = [n.name for n in previous.nodes if process.is_running(n.pid, self._marker(n.index))]
-                if alive:
-                    raise RuntimeError(
-                        f"a cluster is already running in {self.dir} ({', '.join(alive)} alive); "
-                        "run 'clustermq cluster down' first"
-                    )
-            home, version = impl.ensure_home(say)
-            ports = node_ports(nodes * (1 + backups), base_port)
-            amqp = amqp_ports(len(ports), base_port, ports)
-            for old in self.dir.glob("node*"):
-                if old.is_dir() and NODE_DIR_NAME.fullmatch(old.name):
-                    shutil.rmtree(old)
-            state = ClusterState(
-                flavor=impl.name,
-                version=version,
-                home=str(home),
-                username=username,
-                password=password or secrets.token_urlsafe(18),
-                nodes=[
-                    NodeState(index=i, name=f"node{i % nodes}", host=HOST, stomp_port=stomp, peer_port=peer,
-                              backup_of=None if i < nodes else i % nodes, amqp_port=amqp[i])
-                    for i, (stomp, peer) in enumerate(ports)
-                ],
-            )
-            state.scale_down = scale_down
-            if tls:
-                say("generating a CA and a broker certificate with keytool")
-                files = generate_cluster_tls(self.dir / TLS_DIR, keystore_password(state.password))
-                state.tls, state.ca_file, state.keystore = True, str(files.ca_pem), str(files.keystore)
-            else:
-                shutil.rmtree(self.dir / TLS_DIR, ignore_errors=True)
-            state.save(self.dir)
-            started = time.monotonic()
-            try:
-                for node in state.nodes:
-                    impl.render_config(state, node, self.node_dir(node.index))
-                masters = [n for n in state.nodes if n.backup_of is None]
-                for node in masters:
-                    say(
-                        f"starting {impl.name} node {node.index} ({node.name}): "
-                        f"stomp {node.host}:{node.stomp_port}, peer port {node.peer_port}"
-                    )
-                    self._launch(impl, state, node)
-                state.save(self.dir)
-                deadline = started + timeout
-                self._wait_ready(impl, state, [n.index for n in masters], deadline, say, started)
-                # Standbys start after their masters hold the stores' locks.
-                for node in state.nodes:
-                    if node.backup_of is not None:
-                        say(f"starting {impl.name} standby {node.index} of {node.name}: stomp {node.host}:{node.stomp_port}")
-                        self._launch(impl, state, node)
-                state.save(self.dir)
-                for node in state.nodes:
-                    if node.backup_of is not None:
-                        self.wait_standby(node.index, deadline, say)
-                self._wait_mesh(impl, state, deadline, say, started)
-            except BaseException:
-                self._stop_all(state)
-                raise
-        say(f"cluster of {nodes} {impl.name} nodes{f' (pairs of 1+{backups})' if backups else ''} up in {time.monotonic() - started:.1f} s")
+        seconds = start_cluster(self._dir, impl, shape, timeout, say)
+        say(f"cluster of {nodes} {impl.name} nodes{f' (pairs of 1+{backups})' if backups else ''} up in {seconds:.1f} s")
         return list(self.nodes())
 
     def down(self, grace: float = STOP_GRACE) -> None:
@@ -244,9 +210,9 @@ class LocalCluster(Joining, PairControl):
         state = ClusterState.load(self.dir)
         if state is None:
             return
-        with self._lock():
+        with self._dir.lock():
             state = ClusterState.load(self.dir) or state
-            self._stop_all(state, grace)
+            stop_all(self._dir, state, grace)
 
     def kill_node(self, i: int, sig: int = signal.SIGKILL, timeout: float = STOP_GRACE) -> None:
         """Send ``sig`` to node ``i``'s broker and, for terminating signals, wait until it is gone.
@@ -255,10 +221,10 @@ class LocalCluster(Joining, PairControl):
         and persisted messages must come back after ``start_node``.
         """
         self.state()  # fail before creating anything when there is no cluster here
-        with self._lock():
+        with self._dir.lock():
             state = self.state()
-            node = self._node(state, i)
-            marker, pid = self._marker(i), node.pid
+            node = node_at(state, i)
+            marker, pid = self._dir.marker(i), node.pid
             if pid is None or not process.send_signal(pid, marker, sig):
                 node.pid = None
                 state.save(self.dir)
@@ -278,25 +244,25 @@ class LocalCluster(Joining, PairControl):
         """
         say = progress or log.info
         self.state()  # fail before creating anything when there is no cluster here
-        with self._lock():
+        with self._dir.lock():
             state = self.state()
             impl = get_flavor(state.flavor)
-            node = self._node(state, i)
-            if process.is_running(node.pid, self._marker(i)):
+            node = node_at(state, i)
+            if self._dir.is_running(node):
                 raise RuntimeError(f"node {i} is already running (pid {node.pid})")
             started = time.monotonic()
             say(f"starting {impl.name} node {i} ({node.name}): stomp {node.host}:{node.stomp_port}")
-            self._launch(impl, state, node)
+            launch_node(self._dir, impl, state, node)
             state.save(self.dir)
             deadline = started + timeout
             try:
                 if is_paired(state):  # a pair member comes back as standby (or live if alone)
-                    self.wait_standby(i, deadline, say)
+                    wait_standby(self._dir, impl, state, i, deadline, say)
                 else:
-                    self._wait_ready(impl, state, [i], deadline, say, started)
-                    self._wait_mesh(impl, state, deadline, say, started, involving=i)
+                    wait_ready(self._dir, impl, state, [i], deadline, say, started)
+                    wait_mesh(self._dir, impl, state, deadline, say, started, involving=i)
             except BaseException:
-                process.stop(node.pid, self._marker(i), grace=5.0)
+                process.stop(node.pid, self._dir.marker(i), grace=5.0)
                 node.pid = None
                 state.save(self.dir)
                 raise
@@ -307,27 +273,40 @@ class LocalCluster(Joining, PairControl):
         does; an Artemis node with scale-down hands its messages to a peer first)."""
         self.kill_node(i, sig=signal.SIGTERM, timeout=grace)
 
+    def add_node(self, timeout: float = READY_TIMEOUT, progress: Progress | None = None) -> Node:
+        """Start one more node that joins the running cluster; return its STOMP endpoint
+        (:func:`.joining.join_node` says how it joins)."""
+        join_node(self._dir, timeout, progress or log.info)
+        return self.nodes()[-1]
+
     def __enter__(self) -> LocalCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.down()
 
-    # ----------------------------------------------------------------- internals
+    # ----------------------------------------------------------------- failover pairs
 
-    def _stop_all(self, state: ClusterState, grace: float = STOP_GRACE) -> None:
-        """SIGTERM every live node at once, then wait for each (SIGKILL on overrun)."""
-        for node in state.nodes:
-            process.send_signal(node.pid, self._marker(node.index), signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        errors = []
-        for node in state.nodes:
-            try:
-                process.stop(node.pid, self._marker(node.index), grace=max(0.0, deadline - time.monotonic()))
-            except RuntimeError as exc:  # pragma: no cover - SIGKILL always works on Linux
-                errors.append(str(exc))
-                continue
-            node.pid = None
-        state.save(self.dir)
-        if errors:
-            raise RuntimeError("; ".join(errors))
+    def live_member(self, logical: int, timeout: float = 0.0) -> int | None:
+        """Index of the member of node ``logical`` that accepts logins, polling up to ``timeout``."""
+        return live_member(self._dir, logical, timeout)
+
+    def down_member(self, logical: int) -> int | None:
+        """Index of a member of node ``logical`` whose process is not running."""
+        return down_member(self._dir, logical)
+
+    def kill_live(self, logical: int) -> int:
+        """SIGKILL the live member of node ``logical``; return its member index."""
+        index = self.live_member(logical)
+        if index is None:
+            raise RuntimeError(f"node {logical} has no live member")
+        self.kill_node(index)
+        return index
+
+    def start_standby(self, logical: int, timeout: float = READY_TIMEOUT, progress: Progress | None = None) -> int:
+        """Restart the stopped member of node ``logical`` (it comes back as standby); return its index."""
+        index = self.down_member(logical)
+        if index is None:
+            raise RuntimeError(f"every member of node {logical} is running")
+        self.start_node(index, timeout=timeout, progress=progress)
+        return index

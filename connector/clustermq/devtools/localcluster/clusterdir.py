@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from clustermq.devtools.localcluster import process
+from clustermq.devtools.localcluster.certificates import TLS_DIR
 from clustermq.devtools.localcluster.state import STATE_FILE, ClusterState, NodeState
-from clustermq.devtools.localcluster.tls import TLS_DIR
 
 LOG_TAIL_LINES = 40
 NODE_DIR_NAME = re.compile(r"node\d+")
@@ -31,7 +31,8 @@ class ClusterStartError(RuntimeError):
 class ClusterDir:
     """The directory of one local cluster, and what can be read from it without a flavor.
 
-    The underscore methods are for the classes that manage the cluster (readiness, lifecycle).
+    The objects and functions that manage the cluster (start, waits, pairs) all work through
+    one of these, so the directory's layout is known in one place.
     """
 
     def __init__(self, dir: Path | str) -> None:
@@ -59,21 +60,19 @@ class ClusterDir:
 
     def log_tail(self, index: int, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines the node's current process wrote to its log."""
-        node = self._node(self.state(), index)
-        text = self._log_since(index, node.log_offset)
+        node = node_at(self.state(), index)
+        text = self.log_since(index, node.log_offset)
         return "\n".join(text.splitlines()[-lines:])
 
-    def _marker(self, index: int) -> str:
+    def marker(self, index: int) -> str:
+        """The command-line marker of node ``index``'s broker (:mod:`.process`)."""
         return process.marker_arg(self.node_dir(index))
 
-    @staticmethod
-    def _node(state: ClusterState, index: int) -> NodeState:
-        for node in state.nodes:
-            if node.index == index:
-                return node
-        raise IndexError(f"no node {index}; the cluster has nodes 0..{len(state.nodes) - 1}")
+    def is_running(self, node: NodeState) -> bool:
+        """Whether ``node``'s recorded process still runs (checked by pid and marker)."""
+        return process.is_running(node.pid, self.marker(node.index))
 
-    def _check_dir_usable(self) -> None:
+    def check_usable(self) -> None:
         """Refuse to take over a non-empty directory that is not a cluster directory."""
         if self.dir.exists() and not self.exists:
             stray = [p.name for p in self.dir.iterdir()
@@ -85,7 +84,7 @@ class ClusterDir:
                 )
 
     @contextmanager
-    def _lock(self) -> Iterator[None]:
+    def lock(self) -> Iterator[None]:
         """Serialise state-changing operations on this directory across processes."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / ".lock", "a") as handle:
@@ -95,7 +94,7 @@ class ClusterDir:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def _log_since(self, index: int, offset: int) -> str:
+    def log_since(self, index: int, offset: int) -> str:
         """The node's log from ``offset`` on: with the offset recorded at a start, only what the
         current process wrote (a restarted node's log still holds its earlier runs)."""
         try:
@@ -105,11 +104,19 @@ class ClusterDir:
         except FileNotFoundError:
             return ""
 
-    def _failure(self, state: ClusterState, index: int, what: str) -> ClusterStartError:
+    def failure(self, state: ClusterState, index: int, what: str) -> ClusterStartError:
         """The error for a node that did not come up, with the end of its log: the broker's own
         words are what tells a port clash from a bad config."""
-        node = self._node(state, index)
-        tail = "\n".join(self._log_since(index, node.log_offset).splitlines()[-LOG_TAIL_LINES:])
+        node = node_at(state, index)
+        tail = "\n".join(self.log_since(index, node.log_offset).splitlines()[-LOG_TAIL_LINES:])
         return ClusterStartError(
             f"{what}\n--- last lines of {self.log_path(index)} ---\n{tail or '(empty)'}"
         )
+
+
+def node_at(state: ClusterState, index: int) -> NodeState:
+    """The node (or pair member) with ``index``; ``IndexError`` naming the cluster's range."""
+    for node in state.nodes:
+        if node.index == index:
+            return node
+    raise IndexError(f"no node {index}; the cluster has nodes 0..{len(state.nodes) - 1}")

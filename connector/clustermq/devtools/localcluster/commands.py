@@ -20,8 +20,8 @@ from pathlib import Path
 from clustermq.broker.depth import format_depth_table, queue_depths
 from clustermq.broker.nodes import Node
 from clustermq.devtools.localcluster.cluster import LocalCluster
-from clustermq.devtools.localcluster.pairs import is_paired
-from clustermq.devtools.localcluster.paths import default_cluster_dir
+from clustermq.devtools.localcluster.failover_pairs import is_paired
+from clustermq.devtools.localcluster.harness_paths import default_cluster_dir
 from clustermq.options import parse_connection_options
 
 

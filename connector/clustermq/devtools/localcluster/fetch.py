@@ -30,11 +30,11 @@ from clustermq.errors import NotInstalled
 from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
 
 CLASSIC_VERSION = "5.18.3"
-"""Pinned ActiveMQ Classic version: the broker facts in DESIGN.md were measured on 5.17/5.18."""
+"""Pinned ActiveMQ Classic version: the broker facts in docs/broker-behaviour.md hold for it."""
 
 ARTEMIS_VERSION = "2.40.0"
 """Pinned ActiveMQ Artemis version: a recent 2.x that runs on Java 17 (the machines' JDK) and
-whose ``bin`` tarball is on Maven Central; the Artemis facts in docs/design.md were measured on it."""
+whose ``bin`` tarball is on Maven Central; the Artemis facts in docs/broker-behaviour.md hold for it."""
 
 #: The command that fetches the distributions, named by the error about a missing one.
 FETCH_COMMAND = "clustermq cluster fetch"

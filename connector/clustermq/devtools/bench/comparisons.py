@@ -48,14 +48,15 @@ def connector_write_direct(b: Bench, n: int) -> Figure:
 
 
 def warm_up_writer(b: Bench) -> None:
-    """One small untimed write: a session's first write spends 10-15 s starting Python workers,
-    which would land on the first timed candidate only."""
+    """One small untimed write: a session's first write spends 10-15 s starting Python workers
+    (docs/decisions.md, "Writer modes and the move out of staging"), which would land on the
+    first timed candidate only."""
     connector_write(b, 300)
 
 
 def warm_up_reader(b: Bench) -> None:
     """One small untimed read, for the same reason: a session's first streaming query starts
-    the data source's Python workers (measured: its first batch 5-8 s instead of 1-2 s)."""
+    the data source's Python workers (docs/decisions.md, "The benchmark's baselines")."""
     reader_noop(b, 300)
 
 

@@ -15,13 +15,18 @@ import re
 from pathlib import Path
 
 from clustermq.devtools.localcluster import process
+from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.certificates import keystore_password
+from clustermq.devtools.localcluster.failover_pairs import (
+    LOCK_ACQUIRE_SLEEP_MS,
+    is_paired,
+    members,
+    store_dir,
+)
 from clustermq.devtools.localcluster.fetch import CLASSIC_VERSION, distribution_home
-from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
-from clustermq.devtools.localcluster.pairs import LOCK_ACQUIRE_SLEEP_MS, is_paired, members, store_dir
-from clustermq.devtools.localcluster.paths import jdk_tool
+from clustermq.devtools.localcluster.harness_paths import jdk_tool
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
-from clustermq.devtools.localcluster.tls import keystore_password
 
 HEAP_MIN = "256m"
 # A 1,000,000-message backlog of 200-byte messages ran these defaults out of heap while it was
@@ -37,11 +42,12 @@ MAX_FRAME_SIZE = 64 * 1024 * 1024
 MAX_RECONNECT_DELAY_MS = 2000
 # A bridge whose peer sent nothing (not even a keep-alive) for this long is closed and rebuilt;
 # OpenWire's default of 30 s kept messages in flight to a stuck bridge past an AvailableNow
-# drain's idle timeout (measured in CI; see activemq.xml.tmpl, allowLinkStealing).
+# drain's idle timeout (docs/broker-behaviour.md, "Network bridges: a stalled bridge holds its
+# messages"; see activemq.xml.tmpl, allowLinkStealing).
 BRIDGE_INACTIVITY_MS = 10000
 # Messages a queue pages in per dispatch pass. Passes run on events such as an ACK, and the
-# reader ACKs once per committed batch: with Classic's default of 200, 2 of 5 measured drains ran
-# in batches of a few hundred messages per node (activemq.xml.tmpl, docs/design.md).
+# reader ACKs once per committed batch: with Classic's default of 200 drains ran in batches of a
+# few hundred messages per node (docs/broker-behaviour.md, "The queue's page size (`maxPageSize`)").
 MAX_PAGE_SIZE = 5000
 # How long a queue waits after its first consumer before it dispatches, so a reader that
 # subscribes node by node has its own subscription on every node before the network can ship a

@@ -1,7 +1,7 @@
 """ActiveMQ Artemis 2.x: flow control in bytes, groups in ``_AMQ_GROUP_ID``, no browse.
 
-The depth probe asks the management address ``activemq.management`` (measured on 2.40.0, JMX
-management disabled):
+The depth probe asks the management address ``activemq.management`` (2.40.0, JMX management
+disabled; docs/broker-behaviour.md, "Management replies (queue depth)"):
 
 * A SEND with ``_AMQ_ResourceName:queue.<name>``, ``_AMQ_Attribute:messageCount`` and a
   ``reply-to`` address gets one reply there with ``_AMQ_OperationSucceeded:true`` and the body
@@ -28,8 +28,8 @@ from clustermq.broker.request import Requester
 from clustermq.errors import DepthError
 
 MANAGEMENT_ADDRESS = "activemq.management"
-#: bytes flow control charges per message beyond the body (headers, envelope); measured about
-#: 270 for a 200-byte body with a few headers
+#: bytes flow control charges per message beyond the body (headers, envelope), with room to
+#: spare: about 270 for a 200-byte body (docs/broker-behaviour.md, "`consumer-window-size` counts bytes")
 OVERHEAD_BYTES = 512
 MIN_WINDOW_BYTES = 64 * 1024
 MAX_WINDOW_BYTES = 1 << 30
@@ -39,7 +39,7 @@ MAX_WINDOW_BYTES = 1 << 30
 class ArtemisDialect(BrokerDialect):
     """ActiveMQ Artemis 2.x: flow control in bytes, groups in ``_AMQ_GROUP_ID``, no browse.
 
-    Measured on Artemis 2.40.0 over STOMP 1.2 (docs/broker-behaviour.md, "ActiveMQ Artemis"):
+    Artemis 2.40.0 over STOMP 1.2 (docs/broker-behaviour.md, "ActiveMQ Artemis"):
 
     * Destinations are bare queue names with ``destination-type:ANYCAST`` on SEND and SUBSCRIBE.
       That works whatever prefixes the cluster's STOMP acceptor has (``/queue/x`` is anycast
@@ -118,8 +118,9 @@ class ArtemisDialect(BrokerDialect):
 
     def cluster_members(self, requests: Requester) -> tuple[int, list[tuple[str, int]]]:
         """The broker's ``listNetworkTopology``: every live node as ``host:port`` of its cluster
-        connector, and the broker's own ``nodeID`` to tell itself apart (measured on 2.40.0:
-        ``[{"nodeID": ..., "live": "127.0.0.1:39855", "primary": ...}, ...]``)."""
+        connector, and the broker's own ``nodeID`` to tell itself apart (2.40.0:
+        ``[{"nodeID": ..., "live": "127.0.0.1:39855", "primary": ...}, ...]``;
+        docs/broker-behaviour.md, "Cluster topology and scale-down")."""
         ok, own = _management_request(requests, "broker", "nodeID")
         if not ok:
             raise DepthError(f"management request for the broker's nodeID failed: {own}")
@@ -159,7 +160,7 @@ class ArtemisDialect(BrokerDialect):
     def move_messages(self, requests: Requester, source: str, target: str, selector: str,
                       limit: int) -> int:
         """``moveMessages(flushLimit, filter, otherQueueName, rejectDuplicates, messageCount)``
-        of queue ``source``, at most ``limit`` messages in one transaction. Measured on 2.40.0
+        of queue ``source``, at most ``limit`` messages in one transaction. On 2.40.0
         (docs/broker-behaviour.md, "Moving inside the broker"): the copies go to ``target``'s
         queue on the same node in ``source``'s order; with ``rejectDuplicates`` a copy whose
         ``_AMQ_DUPL_ID`` the target address already has is dropped alone (and counted). The

@@ -15,12 +15,12 @@ import stomp
 from stomp.exception import StompException
 
 from clustermq.broker import fastparse
+from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.listener import StompListener
 from clustermq.broker.nodes import Node
 from clustermq.broker.reachability import closed_during_login, connect_failure, group_kind
 from clustermq.broker.redaction import register_secret  # importing it installs log redaction
-from clustermq.broker.settings import ConnectionOptions
-from clustermq.broker.tls import apply_tls
+from clustermq.broker.stomp_tls import apply_tls
 from clustermq.errors import LOGIN, TIMEOUT, NodeUnavailable
 
 HEARTBEAT_RECEIVE_SCALE = 2.5
@@ -72,7 +72,7 @@ def _open_member(
     socket_timeout = options.connect_timeout_s if socket_timeout_s is None else socket_timeout_s
     # ActiveMQ Classic writes a keep-alive only when it wrote nothing during the last whole
     # interval, so gaps of up to twice the interval are normal; stomp.py's default of 1.5x
-    # declared healthy nodes dead under load (measured), hence 2.5x.
+    # declared healthy nodes dead under load, hence 2.5x (docs/broker-behaviour.md, "Heart-beats").
     conn = stomp.Connection12(
         [(node.host, node.port)],
         reconnect_attempts_max=1,
@@ -132,7 +132,7 @@ def _send_heartbeats_early(conn: stomp.Connection12, wait_s: float = 1.0) -> Non
     promised interval (``transport.hbGracePeriodMultiplier`` defaults to 1.0: "Channel was
     inactive for too (>1000) long" in the broker log), while stomp.py sends its keep-alive at
     exactly that interval, so any scheduling delay in this process makes the broker drop a
-    healthy connection (measured: a direct node dropped at query start on a loaded machine).
+    healthy connection (docs/decisions.md, "Heart-beats: tolerance and keep-alives").
     STOMP allows sending more often than promised. stomp.py sets ``send_sleep`` in its own
     ``on_connected``, which runs after ours (listeners are called in name order), hence the
     short wait for it.

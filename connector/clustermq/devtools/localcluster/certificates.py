@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustermq.devtools.localcluster.paths import jdk_tool
+from clustermq.devtools.localcluster.harness_paths import jdk_tool
 
 TLS_DIR = "tls"
 VALIDITY_DAYS = 825

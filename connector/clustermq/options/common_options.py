@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from clustermq.broker.settings import ConnectionOptions, ReconnectPolicy, Secret
+from clustermq.broker.connection_options import ConnectionOptions, ReconnectPolicy, Secret
 from clustermq.errors import OptionError
 from clustermq.options.table import (
     BACK_OFF_MULTIPLIER,
@@ -21,7 +21,7 @@ from clustermq.options.table import (
     USE_EXPONENTIAL_BACK_OFF,
     USERNAME,
 )
-from clustermq.options.tls import parse_tls
+from clustermq.options.tls_options import parse_tls
 
 
 def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:

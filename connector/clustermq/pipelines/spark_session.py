@@ -24,7 +24,8 @@ LOCAL_MASTER = "local[*]"
 #: local run (``--conf`` under spark-submit, or ``spark-defaults.conf``); never applied by
 #: :func:`job_session` itself. Delta rebuilds a table's state with
 #: ``snapshotPartitions`` tasks after every commit: its default of 50 made a 1,000-row batch
-#: take ~30 s on 2 cores instead of ~3 s (measured). Spark's 200 shuffle partitions are sized
+#: take ~30 s on 2 cores instead of ~3 s (docs/design.md, "Pipelines: exactly once into
+#: Delta"). Spark's 200 shuffle partitions are sized
 #: for a cluster; the console progress bar garbles the jobs' progress lines.
 LOCAL_TUNING: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",

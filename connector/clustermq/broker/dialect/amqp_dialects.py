@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from clustermq.broker.dialect.artemis import ArtemisDialect
-from clustermq.broker.dialect.classic import ClassicDialect
+from clustermq.broker.dialect.artemis_dialect import ArtemisDialect
+from clustermq.broker.dialect.classic_dialect import ClassicDialect
 
 
 @dataclass(frozen=True, repr=False)

@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 
 from clustermq.devtools.localcluster import process
-from clustermq.devtools.localcluster.classic import java_executable
+from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.certificates import keystore_password
+from clustermq.devtools.localcluster.classic_flavor import java_executable
+from clustermq.devtools.localcluster.failover_pairs import is_paired, logical_index, member_label, store_dir
 from clustermq.devtools.localcluster.fetch import ARTEMIS_VERSION, distribution_home
-from clustermq.devtools.localcluster.flavor import BrokerFlavor, Progress
-from clustermq.devtools.localcluster.pairs import is_paired, logical_index, member_label, store_dir
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
-from clustermq.devtools.localcluster.tls import keystore_password
 
 HEAP_MIN = "128m"
 HEAP_MAX = "512m"

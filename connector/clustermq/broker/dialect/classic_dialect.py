@@ -2,7 +2,8 @@
 
 Classic has no STOMP management API, but with ``<statisticsBrokerPlugin/>`` a SEND to
 ``/queue/ActiveMQ.Statistics.Destination.<queue>`` with a ``reply-to`` is answered with one map
-message per matching destination. Facts the depth probe relies on (measured on 5.18.3):
+message per matching destination. Facts the depth probe relies on (5.18.3;
+docs/broker-behaviour.md, "The statistics plugin's replies"):
 
 * The reply is a JMS MapMessage. STOMP clients only see its content when the subscription asks
   for a transformation (``jms-map-xml`` or ``jms-map-json``); the broker then serialises it with
@@ -72,9 +73,10 @@ class ClassicDialect(BrokerDialect):
     def header_value_problem(self, headers: Mapping[str, str]) -> str | None:
         """Characters outside the BMP: a network bridge turns each into two U+FFFD.
 
-        Measured on 5.18.3 with raw STOMP frames: delivered intact by the node they were sent
-        to, replaced when the message crossed a bridge to a consumer on another node; bodies
-        were intact either way. Upstream: AMQ-8398 (STOMP/OpenWire conversion of 4-byte UTF-8).
+        On 5.18.3 such a value is delivered intact by the node it was sent to and replaced
+        when the message crossed a bridge to a consumer on another node; bodies are intact
+        either way (docs/broker-behaviour.md, "Header values outside the Basic Multilingual Plane";
+        upstream AMQ-8398 (STOMP/OpenWire conversion of 4-byte UTF-8).
         A message cannot be kept off the bridges, so the writer refuses it instead of letting
         the value change on the way.
         """
@@ -113,8 +115,8 @@ class ClassicDialect(BrokerDialect):
         """The node's own ``openwire`` transport port (statistics plugin, ``ActiveMQ.Statistics.Broker``)
         and, for each of its network bridges, the peer's published OpenWire port at the address
         the bridge is connected to (``ActiveMQ.Advisory.NetworkBridge``, which the broker replays
-        for every running bridge to a new subscriber; ``jms-advisory-json``). Measured on 5.18.3:
-        headers ``remoteIp: tcp:///127.0.0.1:57087@51164``, body
+        for every running bridge to a new subscriber; ``jms-advisory-json``). On 5.18.3
+        (docs/broker-behaviour.md, "Cluster members over STOMP (discovery)"): headers ``remoteIp: tcp:///127.0.0.1:57087@51164``, body
         ``{"BrokerInfo": {"brokerURL": "tcp://localhost:57087", "brokerName": "node1", ...}}``.
         A duplex bridge's ``remoteIp`` has the peer's ephemeral port, so the port comes from
         ``brokerURL`` and the host from ``remoteIp`` (``brokerURL`` names the host as the peer

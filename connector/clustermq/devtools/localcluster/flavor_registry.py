@@ -1,14 +1,14 @@
 """The broker flavors the harness can run, by name.
 
-Apart from :mod:`.flavor` (the interface) because the flavors import the interface: a registry
+Apart from :mod:`.broker_flavor` (the interface) because the flavors import the interface: a registry
 there would import its own implementations.
 """
 
 from __future__ import annotations
 
-from clustermq.devtools.localcluster.artemis import ArtemisFlavor
-from clustermq.devtools.localcluster.classic import ClassicFlavor
-from clustermq.devtools.localcluster.flavor import BrokerFlavor
+from clustermq.devtools.localcluster.artemis_flavor import ArtemisFlavor
+from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor
+from clustermq.devtools.localcluster.classic_flavor import ClassicFlavor
 
 FLAVORS: dict[str, type[BrokerFlavor]] = {
     ClassicFlavor.name: ClassicFlavor,
