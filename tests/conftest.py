@@ -120,7 +120,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = item.get_closest_marker("flavors")
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
-        flavor = params.get("cluster") or params.get("tls_cluster")
+        # the flavor of whichever cluster fixture the test uses (session, TLS, pairs, members)
+        flavor = next((v for v in params.values() if isinstance(v, str) and v in ALL_FLAVORS), None)
         (drop if marker and flavor and flavor not in marker.args else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -23,7 +25,7 @@ from clustermq.broker.discovery import discover
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from conftest import Broker, cluster_flavors
 from test_reader import BRIDGE_COPIES, drain, loadgen_ids, new_queue, python_stderr_to, start_collecting
-from test_reader_faults import wait_for
+from waits import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -282,3 +284,164 @@ def test_a_discovered_node_that_leaves_is_departed_until_the_cluster_lists_it_ag
     assert sorted(ids) == list(range(sent)) and set(ids.values()) == {1}, (
         f"{len(ids)} distinct ids of {sent}, repeated: {[i for i, c in ids.items() if c > 1][:10]}")
     assert names[2] in _offsets(tmp_path / "checkpoint")
+
+
+def _jmx(cluster: LocalCluster, index: int, objname: str, *args: str) -> str:
+    """``activemq query`` of a node's MBeans matching ``objname`` (``--view`` or ``--invoke``
+    in ``args``), over the JVM's local attach (``jcmd ... ManagementAgent.start_local``): the
+    local cluster runs no JMX connector, and this needs no port."""
+    state = cluster.state()
+    pid = state.nodes[index].pid
+    if pid is None or not cluster.is_running(index):
+        return "(node down)"
+    subprocess.run(["jcmd", str(pid), "ManagementAgent.start_local"], capture_output=True, timeout=30)
+    jar = Path(state.home) / "bin" / "activemq.jar"
+    out = subprocess.run(["java", "-jar", str(jar), "query", "--pid", str(pid), "--objname", objname, *args],
+                         capture_output=True, text=True, timeout=60).stdout
+    banner = ("Java Runtime", "  Heap", "    JVM", "Extensions", "  [", "ACTIVEMQ_", "Connecting to pid")
+    return "\n".join(line for line in out.splitlines() if line.strip() and not line.startswith(banner))
+
+
+def _held(cluster: LocalCluster, index: int, queue: str) -> Counter[tuple[str, str]]:
+    """The messages a node holds, counted by (group, broker path): a message forwarded by a
+    network bridge carries the ids of the brokers it came through."""
+    broker = cluster.state().nodes[index].name
+    where = f"type=Broker,brokerName={broker},destinationType=Queue,destinationName={queue}"
+    text = _jmx(cluster, index, where, "--invoke", "browseAsTable")
+    rows = text.split("contents={BooleanProperties=")[1:]
+    held: Counter[tuple[str, str]] = Counter()
+    for row in rows:
+        path = re.search(r"BrokerPath=(null|\[[^\]]*\]|[^,]*)", row)
+        group = re.search(r"JMSXGroupID=([^,]*)", row)
+        held[(group.group(1) if group else "?", path.group(1) if path else "?")] += 1
+    return held
+
+
+def _queue_state(cluster: LocalCluster, queue: str) -> str:
+    """What each running node holds for ``queue``: its counts and message-group owners, the
+    messages it holds by group and broker path, every consumer (a network bridge's or a
+    client's) with what it was dispatched and has not acknowledged, and the node's bridges."""
+    parts = []
+    for index, node in enumerate(cluster.state().nodes):
+        where = f"type=Broker,brokerName={node.name}"
+        held = _held(cluster, index, queue) if cluster.is_running(index) else Counter()
+        parts.append(f"--- {node.name} ({node.host}:{node.stomp_port})\n" + "\n".join([
+            _jmx(cluster, index, where, "--view", "BrokerId"),
+            _jmx(cluster, index, f"{where},destinationType=Queue,destinationName={queue}", "--view",
+                 "QueueSize,InFlightCount,DispatchCount,DequeueCount,ConsumerCount,MessageGroups"),
+            f"held (group, broker path): {sorted(held.items())}",
+            _jmx(cluster, index, f"{where},destinationType=Queue,destinationName={queue},endpoint=Consumer,*",
+                 "--view", "ConsumerId,ClientId,Network,Priority,DispatchedQueueSize,"
+                 "MessageCountAwaitingAcknowledge,PendingQueueSize,PrefetchSize"),
+            _jmx(cluster, index, f"{where},connector=*,networkConnectorName=*,networkBridge=*", "--view",
+                 "RemoteBrokerName,RemoteBrokerId,CreatedByDuplex,EnqueueCounter,DequeueCounter"),
+        ]))
+    return "\n".join(parts)
+
+
+# Classic only: an Artemis node stopped gracefully scales down to its peers, which
+# test_a_node_stopped_gracefully_while_a_drain_runs_loses_nothing covers.
+@pytest.mark.flavors("classic")
+def test_classic_a_joined_node_and_a_restarted_one_are_read_to_the_end(
+    spark: SparkSession, members: Broker, tmp_path: Path
+) -> None:
+    """Under one running query (``discovery=cluster``, one seed, ``maxMessagesPerTrigger`` 500,
+    a 1 s trigger): a grouped backlog on both nodes, then a node joins and gets a burst of its
+    own, then a non-seed node gets more messages and is stopped gracefully at once, and started
+    20 s later. Every message is read, the joined node under its own offset key, and no node
+    keeps any.
+
+    The bound, counted from the moment the restarted node is up with its bridges: the reader
+    finds it again within a discovery interval (``REFRESH_INTERVAL_S``, the node was departed)
+    plus one reconnect back-off (this query's ``maxReconnectDelay`` 30 s, the default) plus the
+    supervisor's 1 s poll; the node waits ``timeBeforeDispatchStarts`` (``DISPATCH_START_MS``)
+    after its first consumer; a bridge that stalled is rebuilt after ``BRIDGE_INACTIVITY_MS``
+    plus a bridge reconnect (``MAX_RECONNECT_DELAY_MS``); then what is left takes one 1 s
+    trigger per 500 messages. 30 s more for a loaded 2-core machine.
+
+    A message may be read again in two ways, and one message can meet both (three reads): one
+    the stopped node had delivered and not seen acknowledged (the batch in flight at the stop and
+    the one before it can both be unacknowledged: at most two batches, 1,000, first read from the
+    stopped node; docs/broker-behaviour.md, "A group pinned to a bridge that may not carry its
+    message", has the counts seen), and one a bridge had forwarded while its node went down and
+    the node still held (one ``message_id``, at most a bridge's prefetch, ``BRIDGE_COPIES``;
+    docs/broker-behaviour.md, "Copies made by a failed bridge"): the stopping node hands what its
+    reader gave back to the bridges, and a forward cut short by the stop leaves a copy on both
+    sides."""
+    from clustermq.broker.discovery import REFRESH_INTERVAL_S
+    from clustermq.devtools.localcluster.classic_flavor import (
+        BRIDGE_INACTIVITY_MS,
+        DISPATCH_START_MS,
+        MAX_RECONNECT_DELAY_MS,
+    )
+
+    batch, reconnect_ms, total = 500, 30_000, 6000
+    bound = (REFRESH_INTERVAL_S + reconnect_ms / 1000 + 1 + DISPATCH_START_MS / 1000
+             + (BRIDGE_INACTIVITY_MS + MAX_RECONNECT_DELAY_MS) / 1000 + total / batch + 30)
+    cluster = members.cluster
+    seed, stopped = cluster.nodes()[0].name, 1
+    queue = new_queue("rejoin")
+    options = members.reader_options(queue, brokers=seed, discovery="cluster", maxMessagesPerTrigger=batch,
+                                     maxReconnectDelay=reconnect_ms)
+    members.produce(queue, 3000, groups=30, nodes=[0, 1])
+    collected: list[Row] = []
+
+    def collect(rows: DataFrame, batch_id: int) -> None:
+        collected.extend(rows.select(F.col("headers")["loadgen_id"].cast("int").alias("id"), "node",
+                                     "message_id").collect())
+
+    with python_stderr_to(spark, tmp_path / "reader.log") as log:
+        query = (spark.readStream.format("clustermq").options(**options).load()
+                 .writeStream.foreachBatch(collect)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(processingTime="1 second").start())
+        try:
+            wait_for(lambda: len(collected) > 0, 60, "the first batch")
+            joined = cluster.add_node()
+            members.produce(queue, 2000, groups=30, nodes=[len(cluster.nodes()) - 1], first_id=3000)
+            members.produce(queue, 1000, groups=30, nodes=[stopped], first_id=5000)
+            cluster.stop_node(stopped)
+            stop_at = time.monotonic()
+            time.sleep(20)
+            cluster.start_node(stopped)
+            up_at = time.monotonic()
+            deadline = up_at + bound
+            while len({r["id"] for r in collected}) < total and time.monotonic() < deadline:
+                time.sleep(0.5)
+            ids = Counter(int(r["id"]) for r in collected)
+            if len(ids) < total:
+                missing = sorted(set(range(total)) - set(ids))
+                lines = [line for line in log.read_text(errors="replace").splitlines()
+                         if "clustermq" in line and any(w in line for w in
+                                                        ("lost", "reconnect", "depart", "listed", "joined",
+                                                         "new node", "unreachable", "stall", "resubscrib"))]
+                raise AssertionError(
+                    f"{len(missing)} of {total} ids unread {time.monotonic() - up_at:.0f} s after the "
+                    f"restart of node {stopped} ({time.monotonic() - stop_at:.0f} s after its stop; "
+                    f"bound {bound:.0f} s): {missing[:20]}...\n"
+                    f"depth per node: {members.depths(queue)}\n"
+                    f"reader lag: {_lag(query)[-1:]}\nreader log:\n" + "\n".join(lines[-30:])
+                    + f"\nbroker state:\n{_queue_state(cluster, queue)}")
+            took = time.monotonic() - up_at
+            time.sleep(2.0)  # a duplicate would come with the next batches
+        finally:
+            query.stop()
+            if not cluster.is_running(stopped):
+                cluster.start_node(stopped)
+    print(f"\n[classic] all {total} read {took:.1f} s after node {stopped} was up again (bound {bound:.0f} s)")
+    ids = Counter(int(r["id"]) for r in collected)
+    assert sorted(ids) == list(range(total)), f"{len(ids)} distinct ids of {total}"
+    copies: dict[int, list[Row]] = {}
+    for r in collected:
+        copies.setdefault(int(r["id"]), []).append(r)
+    twice = {i for i, c in ids.items() if c > 1}
+    assert all(c <= 3 for c in ids.values()), ids.most_common(3)
+    from_stopped = {i for i in twice if copies[i][0]["node"] == cluster.nodes()[stopped].name}
+    bridge_copies = twice - from_stopped
+    assert len(from_stopped) <= 2 * batch, sorted(from_stopped)[:10]
+    assert all(len({c["message_id"] for c in copies[i]}) == 1 for i in bridge_copies), (
+        [copies[i] for i in sorted(bridge_copies)[:3]])
+    assert len(bridge_copies) <= BRIDGE_COPIES["classic"], sorted(bridge_copies)[:10]
+    assert joined.name in _offsets(tmp_path / "checkpoint")
+    depths = members.wait_depth_zero(queue)
+    assert all(d == 0 for d in depths.values()), depths
