@@ -278,7 +278,7 @@ def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(
     ``allowLinkStealing=true`` enables it; the transportConnector attribute of the same name was
     measured to have no effect (the probe was refused with it).
     """
-    from clustermq.devtools.localcluster.classic_flavor import java_executable
+    from clustermq.devtools.localcluster.process import java_executable
 
     state = cluster.state()
     lib = Path(state.home) / "lib"

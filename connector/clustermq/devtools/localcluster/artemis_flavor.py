@@ -15,9 +15,8 @@ import re
 from pathlib import Path
 
 from clustermq.devtools.localcluster import process
-from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor, JmsClientRun, Progress
 from clustermq.devtools.localcluster.certificates import keystore_password
-from clustermq.devtools.localcluster.classic_flavor import java_executable
 from clustermq.devtools.localcluster.failover_pairs import is_paired, logical_index, member_label, store_dir
 from clustermq.devtools.localcluster.fetch import ARTEMIS_VERSION, distribution_home
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
@@ -103,19 +102,16 @@ class ArtemisFlavor(BrokerFlavor):
     def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
         return distribution_home("artemis"), ARTEMIS_VERSION
 
-    def jms_client(
-        self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,
-        work: Path, group: str | None = None, body_size: int = 0, selector: str | None = None,
-    ) -> list[str]:
+    def jms_client(self, cluster: ClusterState, node: NodeState, run: JmsClientRun) -> list[str]:
         """``bin/artemis producer|consumer`` over CORE (the node's cluster acceptor)."""
-        argv = [str(Path(cluster.home) / "bin" / "artemis"), role, "--silent",
+        argv = [str(Path(cluster.home) / "bin" / "artemis"), run.role, "--silent",
                 "--url", f"tcp://{node.host}:{node.peer_port}", "--user", cluster.username,
-                "--password", cluster.password, "--destination", f"queue://{queue}",
-                "--message-count", str(count)]
-        if role == "producer":
-            argv += ["--group", group] if group else []
-            argv += ["--message-size", str(body_size)] if body_size else []
-        argv += ["--filter", selector] if selector else []
+                "--password", cluster.password, "--destination", f"queue://{run.queue}",
+                "--message-count", str(run.count)]
+        if run.role == "producer":
+            argv += ["--group", run.group] if run.group else []
+            argv += ["--message-size", str(run.body_size)] if run.body_size else []
+        argv += ["--filter", run.selector] if run.selector else []
         return argv
 
     def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:
@@ -210,22 +206,14 @@ class ArtemisFlavor(BrokerFlavor):
         home = Path(cluster.home)
         etc = node_dir / "etc"
         return [
-            java_executable(),
-            f"-Xms{HEAP_MIN}",
-            f"-Xmx{HEAP_MAX}",
-            *JAVA_FLAGS,
-            process.marker_arg(node_dir),
-            f"-Djava.security.auth.login.config={etc / 'login.config'}",
-            f"-Dlog4j2.configurationFile={(etc / 'log4j2.properties').as_uri()}",
-            "-classpath",
-            str(home / "lib" / "artemis-boot.jar"),
-            f"-Dartemis.home={home}",
-            f"-Dartemis.instance={node_dir}",
-            f"-Djava.io.tmpdir={node_dir / 'tmp'}",
-            f"-Ddata.dir={node_dir / 'data'}",
-            f"-Dartemis.instance.etc={etc}",
-            "org.apache.activemq.artemis.boot.Artemis",
-            "run",
+            *process.broker_jvm(HEAP_MIN, HEAP_MAX, JAVA_FLAGS, node_dir, {
+                "java.security.auth.login.config": etc / "login.config",
+                "log4j2.configurationFile": (etc / "log4j2.properties").as_uri(),
+                "artemis.home": home, "artemis.instance": node_dir, "artemis.instance.etc": etc,
+                "java.io.tmpdir": node_dir / "tmp", "data.dir": node_dir / "data",
+            }),
+            "-classpath", str(home / "lib" / "artemis-boot.jar"),
+            "org.apache.activemq.artemis.boot.Artemis", "run",
         ]
 
     def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:

@@ -11,12 +11,32 @@ from __future__ import annotations
 import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.stompprobe import ProbeResult, stomp_connect
 
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class JmsClientRun:
+    """One run of a distribution's JMS command-line client.
+
+    A producer sends ``count`` persistent messages to ``queue`` (``group``: JMSXGroupID;
+    ``body_size``: BytesMessages of that size, else TextMessages "test message: <i>"); a
+    consumer reads ``count`` messages (``selector``: a JMS selector) and ends. ``work`` holds
+    what the client writes (logs, temporary files).
+    """
+
+    role: str  # "producer" or "consumer"
+    queue: str
+    count: int
+    work: Path
+    group: str | None = None
+    body_size: int = 0
+    selector: str | None = None
 
 
 class BrokerFlavor(ABC):
@@ -46,18 +66,9 @@ class BrokerFlavor(ABC):
             tls=client_tls_context(cluster),
         )
 
-    def jms_client(
-        self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,
-        work: Path, group: str | None = None, body_size: int = 0, selector: str | None = None,
-    ) -> list[str]:
-        """argv of the distribution's own JMS client (``role`` "producer" or "consumer") on the
-        node's port for JMS clients: foreign traffic, as a JMS application makes it.
-
-        A producer sends ``count`` persistent messages (``group``: JMSXGroupID; ``body_size``:
-        BytesMessages of that size, else TextMessages "test message: <i>"); a consumer reads
-        ``count`` messages (``selector``: a JMS selector) and ends. ``work``: a directory for
-        what the client writes (logs, temporary files).
-        """
+    def jms_client(self, cluster: ClusterState, node: NodeState, run: JmsClientRun) -> list[str]:
+        """argv of the distribution's own JMS client on the node's port for JMS clients:
+        foreign traffic, as a JMS application makes it."""
         raise NotImplementedError(f"no JMS client for {self.name}")
 
     def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from clustermq.devtools.localcluster import process
-from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor, Progress
+from clustermq.devtools.localcluster.broker_flavor import BrokerFlavor, JmsClientRun, Progress
 from clustermq.devtools.localcluster.certificates import keystore_password
 from clustermq.devtools.localcluster.failover_pairs import (
     LOCK_ACQUIRE_SLEEP_MS,
@@ -24,7 +24,6 @@ from clustermq.devtools.localcluster.failover_pairs import (
     store_dir,
 )
 from clustermq.devtools.localcluster.fetch import CLASSIC_VERSION, distribution_home
-from clustermq.devtools.localcluster.harness_paths import jdk_tool
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
 
@@ -89,14 +88,6 @@ _BRIDGE_DOWN_NAME = re.compile(
 )
 
 
-def java_executable() -> str:
-    """``$JAVA_HOME/bin/java`` when set, else ``java`` from PATH."""
-    found = jdk_tool("java")
-    if found is None:
-        raise RuntimeError("no 'java' on PATH and JAVA_HOME is not set: ActiveMQ needs Java 11+")
-    return found
-
-
 def _ssl_context(cluster: ClusterState) -> str:
     """The ``<sslContext>`` element for a TLS cluster; empty text otherwise."""
     if not cluster.tls:
@@ -120,27 +111,24 @@ class ClassicFlavor(BrokerFlavor):
     def ensure_home(self, progress: Progress | None = None) -> tuple[Path, str]:
         return distribution_home("classic"), CLASSIC_VERSION
 
-    def jms_client(
-        self, cluster: ClusterState, node: NodeState, role: str, queue: str, count: int, *,
-        work: Path, group: str | None = None, body_size: int = 0, selector: str | None = None,
-    ) -> list[str]:
+    def jms_client(self, cluster: ClusterState, node: NodeState, run: JmsClientRun) -> list[str]:
         """``activemq.jar producer|consumer`` over OpenWire (the node's peer port), started as
         ``bin/activemq`` would but without the script, which re-splits its arguments (a quoted
         selector lost its quotes); a selector goes in the destination's ``consumer.selector``
         option (the CLI has no flag for it)."""
         home = Path(cluster.home)
-        destination = f"queue://{queue}" + (f"?consumer.selector={selector}" if selector else "")
-        argv = [java_executable(), "-Xmx256m", *JAVA_MODULE_FLAGS, f"-Djava.io.tmpdir={work}",
+        destination = f"queue://{run.queue}" + (f"?consumer.selector={run.selector}" if run.selector else "")
+        argv = [process.java_executable(), "-Xmx256m", *JAVA_MODULE_FLAGS, f"-Djava.io.tmpdir={run.work}",
                 f"-Dactivemq.classpath={home / 'conf'}", f"-Dactivemq.home={home}",
                 f"-Dactivemq.base={home}", f"-Dactivemq.conf={home / 'conf'}",
-                f"-Dactivemq.data={work}", "-jar", str(home / "bin" / "activemq.jar"), role,
+                f"-Dactivemq.data={run.work}", "-jar", str(home / "bin" / "activemq.jar"), run.role,
                 "--brokerUrl", f"tcp://{node.host}:{node.peer_port}", "--user", cluster.username,
                 "--password", cluster.password, "--destination", destination,
-                "--messageCount", str(count)]
-        if role == "producer":
+                "--messageCount", str(run.count)]
+        if run.role == "producer":
             argv += ["--persistent", "true"]
-            argv += ["--msgGroupID", group] if group else []
-            argv += ["--messageSize", str(body_size)] if body_size else []
+            argv += ["--msgGroupID", run.group] if run.group else []
+            argv += ["--messageSize", str(run.body_size)] if run.body_size else []
         return argv
 
     def render_config(self, cluster: ClusterState, node: NodeState, node_dir: Path) -> None:
@@ -220,22 +208,12 @@ class ClassicFlavor(BrokerFlavor):
         home = Path(cluster.home)
         conf = node_dir / "conf"
         return [
-            java_executable(),
-            f"-Xms{HEAP_MIN}",
-            f"-Xmx{HEAP_MAX}",
-            *JAVA_MODULE_FLAGS,
-            process.marker_arg(node_dir),
-            f"-Djava.io.tmpdir={node_dir / 'tmp'}",
-            f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}",
-            f"-Dactivemq.classpath={conf}",
-            f"-Dactivemq.home={home}",
-            f"-Dactivemq.base={node_dir}",
-            f"-Dactivemq.conf={conf}",
-            f"-Dactivemq.data={node_dir / 'data'}",
-            "-jar",
-            str(home / "bin" / "activemq.jar"),
-            "start",
-            f"xbean:file:{conf / 'activemq.xml'}",
+            *process.broker_jvm(HEAP_MIN, HEAP_MAX, JAVA_MODULE_FLAGS, node_dir, {
+                "java.io.tmpdir": node_dir / "tmp", "log4j2.configurationFile": conf / "log4j2.properties",
+                "activemq.classpath": conf, "activemq.home": home, "activemq.base": node_dir,
+                "activemq.conf": conf, "activemq.data": node_dir / "data",
+            }),
+            "-jar", str(home / "bin" / "activemq.jar"), "start", f"xbean:file:{conf / 'activemq.xml'}",
         ]
 
     def connected_peers(self, cluster: ClusterState, node: NodeState, log_text: str) -> set[str] | None:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from clustermq.broker.nodes import Node, TlsSettings, format_nodes
 from clustermq.devtools.localcluster import process
-from clustermq.devtools.localcluster.broker_flavor import Progress
+from clustermq.devtools.localcluster.broker_flavor import JmsClientRun, Progress
 from clustermq.devtools.localcluster.clusterdir import LOG_TAIL_LINES, ClusterDir, node_at
 from clustermq.devtools.localcluster.failover_pairs import client_nodes, is_paired, logical_index
 from clustermq.devtools.localcluster.flavor_registry import get_flavor
@@ -155,12 +155,12 @@ class LocalCluster:
 
     def jms_client(self, index: int, role: str, queue: str, count: int, **options: Any) -> list[str]:
         """argv of the distribution's own JMS ``role`` ("producer"/"consumer") on node ``index``
-        (options: :meth:`BrokerFlavor.jms_client`)."""
+        (options: :class:`JmsClientRun`)."""
         state = self.state()
         work = self.dir / "jms-clients"
         work.mkdir(exist_ok=True)
-        return get_flavor(state.flavor).jms_client(state, node_at(state, index), role, queue,
-                                                   count, work=work, **options)
+        run = JmsClientRun(role, queue, count, work, **options)
+        return get_flavor(state.flavor).jms_client(state, node_at(state, index), run)
 
     # ----------------------------------------------------------------- lifecycle
 

@@ -13,8 +13,10 @@ string, so scripts can do ``BROKERS=$(clustermq cluster up | tail -1)``.
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from clustermq.broker.depth import format_depth_table, queue_depths
@@ -38,22 +40,35 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
+# What a command reports as one line on stderr and exit 1 instead of a traceback: no cluster in
+# the directory, a node index out of range, a node that did not start or stop, a bad argument.
+_REPORTED = (OSError, IndexError, RuntimeError, ValueError)
+
+
+def _command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except _REPORTED as exc:
+            return _error(str(exc))
+    return run
+
+
+@_command
 def cmd_up(args: argparse.Namespace) -> int:
     """Start a fresh cluster; last stdout line is the brokers string."""
     cluster = _cluster(args)
-    try:
-        cluster.up(
-            nodes=args.nodes,
-            flavor=args.flavor,
-            base_port=args.base_port,
-            timeout=args.timeout,
-            progress=_say,
-            tls=args.tls,
-            scale_down=args.scale_down,
-            backups=args.backups,
-        )
-    except (NotImplementedError, ValueError, RuntimeError, OSError) as exc:
-        return _error(str(exc))
+    cluster.up(
+        nodes=args.nodes,
+        flavor=args.flavor,
+        base_port=args.base_port,
+        timeout=args.timeout,
+        progress=_say,
+        tls=args.tls,
+        scale_down=args.scale_down,
+        backups=args.backups,
+    )
     print(f"cluster directory: {cluster.dir}")
     if cluster.ca_file:
         print(f"CA certificate (option sslCaFile): {cluster.ca_file}")
@@ -86,20 +101,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if all(row["ready"] for row in rows) else 1
 
 
+@_command
 def cmd_down(args: argparse.Namespace) -> int:
     """Stop every node of the cluster (idempotent)."""
     cluster = _cluster(args)
     if not cluster.exists:
         print(f"no local cluster in {cluster.dir}; nothing to stop")
         return 0
-    try:
-        cluster.down()
-    except RuntimeError as exc:
-        return _error(str(exc))
+    cluster.down()
     print(f"cluster in {cluster.dir} stopped")
     return 0
 
 
+@_command
 def cmd_kill(args: argparse.Namespace) -> int:
     """Kill one node (SIGKILL by default: a crash, not a shutdown)."""
     cluster = _cluster(args)
@@ -107,55 +121,46 @@ def cmd_kill(args: argparse.Namespace) -> int:
         sig = signal.Signals["SIG" + args.signal.upper().removeprefix("SIG")]
     except KeyError:
         return _error(f"unknown signal '{args.signal}'")
-    try:
-        if _paired(cluster):  # NODE_INDEX names the pair; its live member gets the signal
-            member = cluster.live_member(args.node_index)
-            if member is None:
-                return _error(f"node {args.node_index} has no live member")
-            cluster.kill_node(member, sig=sig)
-            print(f"node {args.node_index}: live member {member} sent {sig.name}")
-            return 0
-        cluster.kill_node(args.node_index, sig=sig)
-    except (FileNotFoundError, IndexError, RuntimeError) as exc:
-        return _error(str(exc))
+    if _paired(cluster):  # NODE_INDEX names the pair; its live member gets the signal
+        member = cluster.live_member(args.node_index)
+        if member is None:
+            return _error(f"node {args.node_index} has no live member")
+        cluster.kill_node(member, sig=sig)
+        print(f"node {args.node_index}: live member {member} sent {sig.name}")
+        return 0
+    cluster.kill_node(args.node_index, sig=sig)
     print(f"node {args.node_index} sent {sig.name}")
     return 0
 
 
+@_command
 def cmd_start(args: argparse.Namespace) -> int:
     """Restart a killed node with its ports and data."""
     cluster = _cluster(args)
-    try:
-        if _paired(cluster):  # NODE_INDEX names the pair; its stopped member comes back as standby
-            member = cluster.start_standby(args.node_index, timeout=args.timeout, progress=_say)
-            print(f"node {args.node_index}: member {member} back")
-            return 0
-        seconds = cluster.start_node(args.node_index, timeout=args.timeout, progress=_say)
-    except (FileNotFoundError, IndexError, RuntimeError) as exc:
-        return _error(str(exc))
+    if _paired(cluster):  # NODE_INDEX names the pair; its stopped member comes back as standby
+        member = cluster.start_standby(args.node_index, timeout=args.timeout, progress=_say)
+        print(f"node {args.node_index}: member {member} back")
+        return 0
+    seconds = cluster.start_node(args.node_index, timeout=args.timeout, progress=_say)
     print(f"node {args.node_index} back in {seconds:.1f} s")
     return 0
 
 
+@_command
 def cmd_add(args: argparse.Namespace) -> int:
     """Start one more node that joins the running cluster; last stdout line: its endpoint."""
     cluster = _cluster(args)
-    try:
-        node = cluster.add_node(timeout=args.timeout, progress=_say)
-    except (FileNotFoundError, IndexError, RuntimeError, ValueError) as exc:
-        return _error(str(exc))
+    node = cluster.add_node(timeout=args.timeout, progress=_say)
     print(cluster.brokers)
     print(node.name, flush=True)
     return 0
 
 
+@_command
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop one node gracefully (SIGTERM; an Artemis node scales down to its peers)."""
     cluster = _cluster(args)
-    try:
-        cluster.stop_node(args.node_index)
-    except (FileNotFoundError, IndexError, RuntimeError) as exc:
-        return _error(str(exc))
+    cluster.stop_node(args.node_index)
     print(f"node {args.node_index} stopped")
     return 0
 
@@ -208,14 +213,12 @@ def nodes_for(args: argparse.Namespace) -> tuple[Node, ...]:
     return parse_connection_options(raw).nodes
 
 
+@_command
 def cmd_depth(args: argparse.Namespace) -> int:
     """Per-node depth of a queue and the total; exit 1 if some node did not answer."""
-    try:
-        username, password = credentials_for(args)
-        nodes = nodes_for(args)
-        depths = queue_depths(nodes, args.queue, username, password, timeout=args.timeout)
-    except (ValueError, RuntimeError) as exc:
-        return _error(str(exc))
+    username, password = credentials_for(args)
+    nodes = nodes_for(args)
+    depths = queue_depths(nodes, args.queue, username, password, timeout=args.timeout)
     print(format_depth_table(depths))
     return 0 if depths.complete else 1
 

@@ -12,7 +12,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from clustermq.devtools.localcluster.harness_paths import jdk_tool
 
 MARKER_PROPERTY = "clustermq.node"
 
@@ -128,3 +131,20 @@ def stop(pid: int | None, marker: str, grace: float = 30.0) -> None:
     send_signal(pid, marker, signal.SIGKILL)
     if not wait_exit(pid, marker, 10.0):
         raise RuntimeError(f"process {pid} survived SIGKILL")
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` when set, else ``java`` from PATH."""
+    found = jdk_tool("java")
+    if found is None:
+        raise RuntimeError("no 'java' on PATH and JAVA_HOME is not set: ActiveMQ needs Java 11+")
+    return found
+
+
+def broker_jvm(heap_min: str, heap_max: str, flags: Sequence[str], node_dir: Path,
+               properties: Mapping[str, object]) -> list[str]:
+    """The start of a broker node's command line: java, its heap, the flavor's JVM flags, the
+    marker by which the node's pid is later recognised (:func:`marker_arg`) and the node's
+    system properties (where its configuration, data and logs live)."""
+    return [java_executable(), f"-Xms{heap_min}", f"-Xmx{heap_max}", *flags, marker_arg(node_dir),
+            *(f"-D{key}={value}" for key, value in properties.items())]
