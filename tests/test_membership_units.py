@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 
 import pytest
 
@@ -43,6 +44,9 @@ class _Subscription:
 
     def connect_once(self) -> None:
         pass
+
+    def set_departed(self, gone: bool) -> None:
+        self.departed = gone
 
     def start(self) -> None:
         self.started = True
@@ -123,3 +127,36 @@ def test_a_stream_writer_without_discovery_pickles_its_options_unchanged() -> No
     options = WriteOptions.parse({"brokers": "mq1:61613,mq2:61613", "queue": "orders"})
     writer = ClusterMQStreamWriter(options, InputLayout(body="body", body_is_text=True))
     assert pickle.loads(pickle.dumps(writer)).options == options
+
+
+def test_a_relisted_node_is_tried_at_once_with_its_back_off_started_over() -> None:
+    """A node the cluster lists again is up: its next connection attempt must not wait out the
+    back-off its outage grew (here 20 s after two failed attempts), and the back-off starts
+    over from ``initialReconnectDelay``."""
+    from clustermq.errors import NodeUnavailable
+    from clustermq.read.subscription import NodeSubscription
+    from waits import wait_for
+
+    options = ReadOptions.parse({"brokers": "h:1", "queue": "q", "initialReconnectDelay": "200",
+                                 "backOffMultiplier": "10", "maxReconnectDelay": "60000"})
+    attempts: list[float] = []
+
+    def refused(owner: object, generation: int) -> object:
+        attempts.append(time.monotonic())
+        raise NodeUnavailable(options.connection.nodes[0], "refused", "refused")
+
+    sub = NodeSubscription(options.connection.nodes[0], 0, options, iter(range(10**6)), lambda n: None,
+                       open_link=refused)  # type: ignore[arg-type]
+    sub.start()
+    try:
+        wait_for(lambda: len(attempts) >= 2, 10, "two attempts 0.2 s and 2 s apart")
+        sub.set_departed(True)
+        relisted = time.monotonic()
+        sub.set_departed(False)
+        wait_for(lambda: len(attempts) >= 3, 10,
+                 "an attempt soon after the node was listed again (the back-off had reached 20 s)")
+        assert attempts[2] - relisted < 5, attempts
+        wait_for(lambda: len(attempts) >= 4, 10, "the attempt after it")
+        assert attempts[3] - attempts[2] < 1.5, ("back-off not started over", attempts)
+    finally:
+        sub.stop()

@@ -130,7 +130,7 @@ class MembershipWatch:
                             "reconnecting until it is listed again (its offset key stays)", name)
             elif sub.departed and not gone:
                 log.warning("clustermq: node %s is listed again; reconnecting", name)
-            sub.departed = gone
+            sub.set_departed(gone)
 
     def _run(self) -> None:
         while not self._stopping.wait(self._interval_s):

@@ -94,6 +94,8 @@ class NodeSubscription:
         self.last_connected = 0.0
         self.lost_at: float | None = None
         self.departed = False  # not reconnecting: the cluster no longer lists it (membership.py)
+        self._relisted = False  # departed, then listed again: the next attempt is due now
+        self._wake = threading.Event()
 
     # ------------------------------------------------------------------ connection
     def connect_once(self) -> None:
@@ -127,9 +129,16 @@ class NodeSubscription:
             if self._connected or self.departed or self.paused:
                 (self._lost if self._connected and not self.paused else self._stopping).wait(1.0)
                 continue
-            delay = next_delay()
-            if self._stopping.wait(delay):
-                return
+            if not self._relisted:
+                self._wake.wait(next_delay())  # stop() and a relisting cut the back-off short
+                self._wake.clear()
+                if self._stopping.is_set():
+                    return
+            if self._relisted:
+                self._relisted = False
+                next_delay = self.options.connection.reconnect.delays()
+            if self.departed:  # departed during the wait: not retried until listed again
+                continue
             try:
                 self.connect_once()
             except (NodeUnavailable, OSError, stomp.exception.StompException) as exc:
@@ -143,6 +152,17 @@ class NodeSubscription:
             log.warning("reconnected to node %s after %.1f s (reconnect %d)",
                         self.node.name, down_s, self.reconnects)
             next_delay = self.options.connection.reconnect.delays()
+
+    def set_departed(self, gone: bool) -> None:
+        """Membership's verdict (membership.py). A node the cluster lists again is up (its peers
+        reach it), so it is tried at once and its back-off starts over: waiting out the delay
+        its outage had grown to (up to ``maxReconnectDelay``) left its messages unread that
+        long (docs/broker-behaviour.md, "A group pinned to a bridge that may not carry its
+        message")."""
+        if self.departed and not gone:
+            self._relisted = True
+            self._wake.set()
+        self.departed = gone
 
     # ------------------------------------------------------------------ what a link reports
     def set_dialect(self, dialect: BrokerDialect) -> None:
@@ -207,6 +227,7 @@ class NodeSubscription:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
         with self._lock:
             conn, self._conn = self._conn, None
             self._connected = False
