@@ -92,6 +92,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "flavors(*names): run only against these broker flavors; the test's other flavor "
         "variants are deselected (not skipped): they do not exist for that flavor",
     )
+    config.addinivalue_line(
+        "markers",
+        "one_flavor: the test proves how the package or Spark is deployed, and the broker is "
+        "only its source: it runs against the first flavor of CLUSTERMQ_FLAVORS only (another "
+        "flavor would run the same code paths again)",
+    )
 
 
 #: Fixtures that start real processes, and the marker a test using one (directly or through
@@ -112,7 +118,8 @@ def _mark_by_fixtures(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by the processes their fixtures start; drop the flavor variants a
-    ``@pytest.mark.flavors(...)`` test does not apply to."""
+    ``@pytest.mark.flavors(...)`` test does not apply to, and all but the first flavor's of a
+    ``@pytest.mark.one_flavor`` test."""
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
@@ -122,7 +129,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         params = callspec.params if callspec is not None else {}
         # the flavor of whichever cluster fixture the test uses (session, TLS, pairs, members)
         flavor = next((v for v in params.values() if isinstance(v, str) and v in ALL_FLAVORS), None)
-        (drop if marker and flavor and flavor not in marker.args else keep).append(item)
+        wanted = marker.args if marker else ()
+        if item.get_closest_marker("one_flavor"):
+            wanted = (cluster_flavors()[0],)
+        (drop if wanted and flavor and flavor not in wanted else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

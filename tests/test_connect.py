@@ -16,7 +16,8 @@ import pytest
 from spark_connect_server import ConnectServer, connect_server
 from spark_standalone import spark_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+# Spark Connect runs the same source and sink code for every broker: one flavor proves it.
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.one_flavor]
 
 CLIENT = Path(__file__).resolve().parent / "drivers" / "connect_client.py"
 

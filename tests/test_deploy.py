@@ -22,7 +22,8 @@ from spark_standalone import StandaloneCluster, spark_bin, spark_env
 from test_pipelines import loadgen_ids, tail
 from test_reader_faults import kill_group
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+# How a job is deployed does not depend on the broker it reads: one flavor proves it.
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.one_flavor]
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "spark_jobs"

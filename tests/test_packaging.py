@@ -201,6 +201,7 @@ def last_json(stdout: str) -> dict[str, Any]:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.one_flavor  # how the package reaches Spark's processes, for any broker
 def test_a_wheel_shipped_with_py_files_reaches_driver_and_executors(
     spark: SparkSession, broker: Any, standalone: StandaloneCluster, fresh_env: Path, wheel: Path, tmp_path: Path
 ) -> None:
@@ -222,6 +223,7 @@ def test_a_wheel_shipped_with_py_files_reaches_driver_and_executors(
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
+@pytest.mark.one_flavor  # how the package reaches Spark's processes, for any broker
 def test_an_installed_wheel_gives_format_clustermq_without_a_register_call(
     spark: SparkSession, broker: Any, fresh_env: Path, wheel: Path, tmp_path: Path
 ) -> None:
@@ -237,6 +239,7 @@ def test_an_installed_wheel_gives_format_clustermq_without_a_register_call(
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
+@pytest.mark.one_flavor  # how the package reaches Spark's processes, for any broker
 def test_a_job_run_as_plain_python_gets_delta_from_delta_spark(
     spark: SparkSession, broker: Any, fresh_env: Path, wheel: Path, tmp_path: Path
 ) -> None:
