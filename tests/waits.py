@@ -67,7 +67,7 @@ def artemis_queue_state(broker: Any, queue: str) -> dict[str, dict[str, object]]
     from clustermq.broker.dialect.artemis_dialect import _management_request
     from clustermq.broker.listener import Inbox
     from clustermq.broker.request import Requester
-    from clustermq.broker.session import node_session
+    from clustermq.broker.session import open_node
 
     attributes = ("messageCount", "deliveringCount", "scheduledCount", "consumerCount",
                   "messagesAdded", "messagesAcknowledged")
@@ -76,7 +76,7 @@ def artemis_queue_state(broker: Any, queue: str) -> dict[str, dict[str, object]]
         options = dataclasses.replace(broker.connection(queue), nodes=(node,), heartbeat_ms=0)
         try:
             inbox = Inbox()
-            with node_session(node, options, inbox, "clustermq-state") as session:
+            with open_node(node, options, inbox, "clustermq-state") as session:
                 requests = Requester(session.conn, inbox, time.monotonic() + 10)
                 answers = [_management_request(requests, f"queue.{queue}", a) for a in attributes]
                 state[node.name] = ({a: value for a, (_, value) in zip(attributes, answers)}

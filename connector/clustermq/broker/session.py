@@ -37,6 +37,12 @@ class NodeSession:
         """Close without acknowledging: unacknowledged messages go back to the broker."""
         close_connection(self.conn)
 
+    def __enter__(self) -> NodeSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def open_node(
     node: Node,
@@ -46,10 +52,9 @@ def open_node(
     *,
     socket_timeout_s: float | None = None,
 ) -> NodeSession:
-    """Connect to ``node`` and resolve its dialect; the caller owns the session and closes it.
-
-    For a long-lived link (the reader's). A request that ends with its caller uses
-    :func:`node_session`. Raises :class:`~clustermq.errors.NodeUnavailable` like
+    """Connect to ``node`` and resolve its dialect; the caller owns the session and closes it,
+    or opens it in a ``with`` block, which closes it (a request that ends with its caller).
+    Raises :class:`~clustermq.errors.NodeUnavailable` like
     :func:`~clustermq.broker.stomp_connection.open_connection`.
     """
     conn, connected = open_connection(node, options, listener, listener_name,
@@ -60,23 +65,6 @@ def open_node(
         close_connection(conn)
         raise
     return NodeSession(node, conn, dialect, connected)
-
-
-@contextmanager
-def node_session(
-    node: Node,
-    options: ConnectionOptions,
-    listener: stomp.ConnectionListener | None = None,
-    listener_name: str = "clustermq",
-    *,
-    socket_timeout_s: float | None = None,
-) -> Iterator[NodeSession]:
-    """:func:`open_node` for the length of a ``with`` block, closed on the way out."""
-    session = open_node(node, options, listener, listener_name, socket_timeout_s=socket_timeout_s)
-    try:
-        yield session
-    finally:
-        session.close()
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.listener import StompListener, commit_with_receipt
 from clustermq.broker.nodes import Node
-from clustermq.broker.session import node_session
+from clustermq.broker.session import open_node
 from clustermq.errors import LinkLost, NodeUnavailable
 from clustermq.groups import bucket_for_group
 
@@ -98,7 +98,7 @@ def _produce_node(
     slot: int,
 ) -> int:
     listener = StompListener()
-    with node_session(node, options, listener, "clustermq-loadgen") as session:
+    with open_node(node, options, listener, "clustermq-loadgen") as session:
         conn, dialect = session.conn, session.dialect
         destination = dialect.destination(options.queue)
         tx = None

@@ -32,7 +32,7 @@ from clustermq.broker.dialect import BrokerDialect, configured_dialect
 from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.listener import BROKER_ERROR, Inbox
 from clustermq.broker.nodes import Node
-from clustermq.broker.session import first_answering_node, node_session
+from clustermq.broker.session import first_answering_node, open_node
 from clustermq.errors import BrowseIncomplete, BrowseRefused, BrowseTimeout, LinkLost, NodeUnavailable
 from clustermq.options import OptionError, ReadOptions
 from clustermq.read.messages import BufferedMessage
@@ -124,7 +124,7 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
     conn_options = options.connection
     depth_before = _depth(node, options)
     browser = Inbox()
-    with node_session(node, conn_options, browser, "clustermq-browse") as session:
+    with open_node(node, conn_options, browser, "clustermq-browse") as session:
         dialect = session.dialect
         dialect.check_browse(DRAIN_HINT, where=f"broker node {node.name}: ")
         session.conn.subscribe(

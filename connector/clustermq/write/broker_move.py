@@ -34,7 +34,7 @@ from typing import TypeVar
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.listener import Inbox
 from clustermq.broker.request import Requester
-from clustermq.broker.session import NodeSession, first_answering_node, node_session
+from clustermq.broker.session import NodeSession, first_answering_node, open_node
 from clustermq.errors import DepthError, MoveError, NodeUnavailable, NoNodeReachable
 from clustermq.options import WriteOptions
 from clustermq.write.headers import TARGET_HEADER, staging_prefix, staging_queue
@@ -53,7 +53,7 @@ def _managed(options: WriteOptions, index: int, work: Callable[[Requester, Broke
     """Run ``work`` on a request connection to node ``index``; ``NodeUnavailable`` or
     ``DepthError`` when the node cannot be asked."""
     inbox = Inbox()
-    with node_session(options.connection.nodes[index], options.connection, inbox,
+    with open_node(options.connection.nodes[index], options.connection, inbox,
                       "clustermq-manage") as session:
         return work(_requester(options, session, inbox), session.dialect)
 

@@ -38,7 +38,7 @@ from clustermq.broker.depth import queue_depth
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.frames import message_headers
 from clustermq.broker.listener import Inbox, commit_with_receipt
-from clustermq.broker.session import node_session
+from clustermq.broker.session import open_node
 from clustermq.errors import LinkLost, MoveError, NodeUnavailable
 from clustermq.options import WriteOptions
 from clustermq.write.headers import (
@@ -134,7 +134,7 @@ class StagingMover:
         started = time.monotonic()
         try:
             inbox = Inbox()
-            with node_session(self.node, self.options.connection, inbox, "clustermq-mover") as session:
+            with open_node(self.node, self.options.connection, inbox, "clustermq-mover") as session:
                 dialect = session.dialect
                 session.conn.subscribe(
                     destination=dialect.destination(self.staging), id="clustermq-move",

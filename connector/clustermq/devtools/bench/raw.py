@@ -3,7 +3,7 @@
 The read benchmark quotes the connector as a ratio of this rate, so it must be an honest best
 case for the same work: client acknowledgement (cumulative, every ``ack_every`` messages and
 whenever deliveries pause, like the connector's one ACK per node per batch), the same prefetch,
-the same persistent backlog. Only the connection is the connector's (``node_session``: same
+the same persistent backlog. Only the connection is the connector's (``open_node``: same
 login, TLS and heart-beat settings); everything after CONNECTED is plain stomp.py.
 """
 
@@ -18,7 +18,7 @@ from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.listener import StompListener
 from clustermq.broker.nodes import Node
-from clustermq.broker.session import node_session
+from clustermq.broker.session import open_node
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def raw_drain(
         counter = counters[index]
         counter.node = node.name
         try:
-            with node_session(node, options, counter, "bench-raw") as session:
+            with open_node(node, options, counter, "bench-raw") as session:
                 conn, dialect = session.conn, session.dialect
                 counter.dialect = dialect  # set before SUBSCRIBE, the first delivery needs it
                 conn.subscribe(
