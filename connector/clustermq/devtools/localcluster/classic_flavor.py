@@ -28,9 +28,9 @@ from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.templates import load_template, render, write_file, xml_attr
 
 HEAP_MIN = "256m"
-# A 1,000,000-message backlog of 200-byte messages ran these defaults out of heap while it was
-# produced (docs/reliability.md): such runs set CLUSTERMQ_CLASSIC_HEAP (a JVM size, e.g. 1g) and
-# CLUSTERMQ_CLASSIC_MEMORY_PERCENT (memoryUsage as a share of the heap) when the cluster starts.
+# A run that wants more broker memory sets CLUSTERMQ_CLASSIC_HEAP (a JVM size, e.g. 1g) and
+# CLUSTERMQ_CLASSIC_MEMORY_PERCENT (memoryUsage as a share of the heap) when the cluster starts;
+# a million-message backlog fits the defaults (CURSOR_HIGH_WATER_MARK).
 HEAP_MAX = os.environ.get("CLUSTERMQ_CLASSIC_HEAP", "512m")
 MEMORY_PERCENT_OF_HEAP = int(os.environ.get("CLUSTERMQ_CLASSIC_MEMORY_PERCENT", "60"))
 STORE_LIMIT = "4 gb"
@@ -52,6 +52,13 @@ MAX_PAGE_SIZE = 5000
 # subscribes node by node has its own subscription on every node before the network can ship a
 # node's backlog (and pin its groups) to another node (activemq.xml.tmpl, broker-behaviour.md).
 DISPATCH_START_MS = 1000
+#: Percent of ``memoryUsage`` up to which a queue keeps newly stored persistent messages in
+#: memory as well (Classic's default 70). Classic charges a small STOMP message about a third of
+#: what it takes on the heap, so with the default a backlog of 256-byte messages filled each
+#: 512 MiB heap at 145,000 messages per node, still below the mark, and every broker stalled in
+#: GC while a million were produced (docs/broker-behaviour.md, "A backlog cached past the heap").
+#: Above the mark messages stay in the store and are paged in for dispatch.
+CURSOR_HIGH_WATER_MARK = 20
 
 # What bin/activemq passes on Java 9+: XStream (map-message transformation), JMX and the
 # console reflect into these JDK packages.
@@ -118,10 +125,10 @@ class ClassicFlavor(BrokerFlavor):
         option (the CLI has no flag for it)."""
         home = Path(cluster.home)
         destination = f"queue://{run.queue}" + (f"?consumer.selector={run.selector}" if run.selector else "")
-        argv = [process.java_executable(), "-Xmx256m", *JAVA_MODULE_FLAGS, f"-Djava.io.tmpdir={run.work}",
-                f"-Dactivemq.classpath={home / 'conf'}", f"-Dactivemq.home={home}",
-                f"-Dactivemq.base={home}", f"-Dactivemq.conf={home / 'conf'}",
-                f"-Dactivemq.data={run.work}", "-jar", str(home / "bin" / "activemq.jar"), run.role,
+        argv = [process.java_executable(), "-Xmx256m", *JAVA_MODULE_FLAGS,
+                *process.system_properties({"java.io.tmpdir": run.work,
+                                            **_activemq_dirs(home, home, home / "conf", run.work)}),
+                "-jar", str(home / "bin" / "activemq.jar"), run.role,
                 "--brokerUrl", f"tcp://{node.host}:{node.peer_port}", "--user", cluster.username,
                 "--password", cluster.password, "--destination", destination,
                 "--messageCount", str(run.count)]
@@ -183,6 +190,7 @@ class ClassicFlavor(BrokerFlavor):
                 "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
                 "max_page_size": MAX_PAGE_SIZE,
                 "dispatch_start_ms": DISPATCH_START_MS,
+                "cursor_high_water_mark": CURSOR_HIGH_WATER_MARK,
             },
         )
         write_file(conf / "activemq.xml", broker_xml)
@@ -210,8 +218,7 @@ class ClassicFlavor(BrokerFlavor):
         return [
             *process.broker_jvm(HEAP_MIN, HEAP_MAX, JAVA_MODULE_FLAGS, node_dir, {
                 "java.io.tmpdir": node_dir / "tmp", "log4j2.configurationFile": conf / "log4j2.properties",
-                "activemq.classpath": conf, "activemq.home": home, "activemq.base": node_dir,
-                "activemq.conf": conf, "activemq.data": node_dir / "data",
+                **_activemq_dirs(home, node_dir, conf, node_dir / "data"),
             }),
             "-jar", str(home / "bin" / "activemq.jar"), "start", f"xbean:file:{conf / 'activemq.xml'}",
         ]
@@ -238,3 +245,10 @@ class ClassicFlavor(BrokerFlavor):
             if match and match.group("local") == node.name:
                 up[match.group("peer") or match.group("peer2")] = False
         return {peer for peer, is_up in up.items() if is_up and peer in names}
+
+
+def _activemq_dirs(home: Path, base: Path, conf: Path, data: Path) -> dict[str, Path]:
+    """The system properties by which ``activemq.jar`` finds its install, its configuration
+    and its data, as ``bin/activemq`` sets them (a broker and a JMS client alike)."""
+    return {"activemq.classpath": conf, "activemq.home": home, "activemq.base": base,
+            "activemq.conf": conf, "activemq.data": data}

@@ -147,4 +147,9 @@ def broker_jvm(heap_min: str, heap_max: str, flags: Sequence[str], node_dir: Pat
     marker by which the node's pid is later recognised (:func:`marker_arg`) and the node's
     system properties (where its configuration, data and logs live)."""
     return [java_executable(), f"-Xms{heap_min}", f"-Xmx{heap_max}", *flags, marker_arg(node_dir),
-            *(f"-D{key}={value}" for key, value in properties.items())]
+            *system_properties(properties)]
+
+
+def system_properties(properties: Mapping[str, object]) -> list[str]:
+    """``-Dkey=value`` arguments, one per property (never split or quoted: they go to exec)."""
+    return [f"-D{key}={value}" for key, value in properties.items()]
