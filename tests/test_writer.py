@@ -484,8 +484,12 @@ def move_kill_evidence(broker, queue: str, staging: str, staged: dict, queued: d
             break
         time.sleep(0.5)
     lines.append(f"staging queues listed per node: {staging_queues(broker, queue)}")
-    log = cluster.log_path(0).read_text(errors="replace").splitlines()
-    return "\n".join([*lines, f"node 0's log ({cluster.log_path(0)}), last 60 lines:", *log[-60:]])
+    store = cluster.log_path(0).parent / "data" / "kahadb"  # Classic: the journal and its index
+    if store.is_dir():
+        lines.append(f"node 0's store {store}: "
+                     f"{sorted((f.name, f.stat().st_size) for f in store.iterdir() if f.is_file())}")
+    return "\n".join([*lines, f"node 0's log since its restart ({cluster.log_path(0)}), its store's "
+                       "recovery included:", cluster.log_tail(0, 150)])
 
 
 def test_node_killed_during_the_move_out_of_staging_loses_nothing(
@@ -544,7 +548,9 @@ def test_node_killed_during_the_move_out_of_staging_loses_nothing(
     staged_depths, queue_depths = broker.depths(staging), broker.depths(queue)
     staged_left, in_queue = staged_depths[nodes[0]], queue_depths[nodes[0]]
     if not (staged_left and in_queue):
-        raise AssertionError(move_kill_evidence(broker, queue, staging, staged_depths, queue_depths))
+        raise AssertionError(f"node 0 killed with {moved_at_kill}+ of {total} moved; the move said: "
+                             f"{failure[0]}\n"
+                             + move_kill_evidence(broker, queue, staging, staged_depths, queue_depths))
     assert in_queue + staged_left >= total, (in_queue, staged_left)  # nothing lost by the crash
     if broker.flavor == "classic":  # each move chunk is one transaction: moved or still staged
         assert in_queue + staged_left == total, (in_queue, staged_left)
