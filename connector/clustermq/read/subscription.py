@@ -126,8 +126,16 @@ class NodeSubscription:
     def _supervise(self) -> None:
         next_delay = self.options.connection.reconnect.delays()
         while not self._stopping.is_set():
-            if self._connected or self.departed or self.paused:
-                (self._lost if self._connected and not self.paused else self._stopping).wait(1.0)
+            if self._connected and not self.paused:
+                self._lost.wait(1.0)
+                continue
+            if self._connected or self.paused:
+                self._stopping.wait(1.0)
+                continue
+            if self.departed:
+                self._wake.wait(1.0)  # set_departed(False) and stop() end the wait at once
+                if self.departed:  # the flags carry the news; the event only cuts waits short
+                    self._wake.clear()
                 continue
             if not self._relisted:
                 self._wake.wait(next_delay())  # stop() and a relisting cut the back-off short
@@ -136,6 +144,7 @@ class NodeSubscription:
                     return
             if self._relisted:
                 self._relisted = False
+                self._wake.clear()
                 next_delay = self.options.connection.reconnect.delays()
             if self.departed:  # departed during the wait: not retried until listed again
                 continue
@@ -159,10 +168,11 @@ class NodeSubscription:
         its outage had grown to (up to ``maxReconnectDelay``) left its messages unread that
         long (docs/broker-behaviour.md, "A group pinned to a bridge that may not carry its
         message")."""
-        if self.departed and not gone:
+        relisted = self.departed and not gone
+        self.departed = gone  # before the wake: the woken supervisor must see it
+        if relisted:
             self._relisted = True
             self._wake.set()
-        self.departed = gone
 
     # ------------------------------------------------------------------ what a link reports
     def set_dialect(self, dialect: BrokerDialect) -> None:

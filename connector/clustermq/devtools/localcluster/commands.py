@@ -40,22 +40,28 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-# What a command reports as one line on stderr and exit 1 instead of a traceback: no cluster in
-# the directory, a node index out of range, a node that did not start or stop, a bad argument.
-_REPORTED = (OSError, IndexError, RuntimeError, ValueError)
+#: what a command on one node reports as one line instead of a traceback: no cluster in the
+#: directory, a node index out of range, a node that did not start or stop
+_NODE_FAILURES: tuple[type[Exception], ...] = (FileNotFoundError, IndexError, RuntimeError)
 
 
-def _command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    @functools.wraps(func)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except _REPORTED as exc:
-            return _error(str(exc))
-    return run
+def _command(
+    *reported: type[Exception],
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Report the failures a command expects (``reported``) as one line on stderr and exit 1;
+    anything else is a bug and keeps its traceback."""
+    def wrap(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        @functools.wraps(func)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return func(args)
+            except reported as exc:
+                return _error(str(exc))
+        return run
+    return wrap
 
 
-@_command
+@_command(ValueError, RuntimeError, OSError)
 def cmd_up(args: argparse.Namespace) -> int:
     """Start a fresh cluster; last stdout line is the brokers string."""
     cluster = _cluster(args)
@@ -101,7 +107,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if all(row["ready"] for row in rows) else 1
 
 
-@_command
+@_command(RuntimeError)
 def cmd_down(args: argparse.Namespace) -> int:
     """Stop every node of the cluster (idempotent)."""
     cluster = _cluster(args)
@@ -113,7 +119,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-@_command
+@_command(*_NODE_FAILURES)
 def cmd_kill(args: argparse.Namespace) -> int:
     """Kill one node (SIGKILL by default: a crash, not a shutdown)."""
     cluster = _cluster(args)
@@ -133,7 +139,7 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return 0
 
 
-@_command
+@_command(*_NODE_FAILURES)
 def cmd_start(args: argparse.Namespace) -> int:
     """Restart a killed node with its ports and data."""
     cluster = _cluster(args)
@@ -146,7 +152,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-@_command
+@_command(*_NODE_FAILURES, ValueError)
 def cmd_add(args: argparse.Namespace) -> int:
     """Start one more node that joins the running cluster; last stdout line: its endpoint."""
     cluster = _cluster(args)
@@ -156,7 +162,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
-@_command
+@_command(*_NODE_FAILURES)
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop one node gracefully (SIGTERM; an Artemis node scales down to its peers)."""
     cluster = _cluster(args)
@@ -213,7 +219,7 @@ def nodes_for(args: argparse.Namespace) -> tuple[Node, ...]:
     return parse_connection_options(raw).nodes
 
 
-@_command
+@_command(ValueError, RuntimeError)
 def cmd_depth(args: argparse.Namespace) -> int:
     """Per-node depth of a queue and the total; exit 1 if some node did not answer."""
     username, password = credentials_for(args)
