@@ -23,6 +23,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from clustermq.devtools.localcluster.classic_flavor import kahadb_dir
 from clustermq.groups import bucket_for_group
 from clustermq.options import WriteOptions
 from clustermq.write.headers import STAGING_PREFIX, staging_prefix, staging_queue
@@ -484,7 +485,7 @@ def move_kill_evidence(broker, queue: str, staging: str, staged: dict, queued: d
             break
         time.sleep(0.5)
     lines.append(f"staging queues listed per node: {staging_queues(broker, queue)}")
-    store = cluster.log_path(0).parent / "data" / "kahadb"  # Classic: the journal and its index
+    store = kahadb_dir(cluster.state().nodes[0], cluster.node_dir(0))  # Classic only
     if store.is_dir():
         lines.append(f"node 0's store {store}: "
                      f"{sorted((f.name, f.stat().st_size) for f in store.iterdir() if f.is_file())}")

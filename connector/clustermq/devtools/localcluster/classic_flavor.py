@@ -170,7 +170,7 @@ class ClassicFlavor(BrokerFlavor):
                 # The broker empties its temp-store directory on start: give it its own sub-directory
                 # so java.io.tmpdir (the parent) survives.
                 "tmp_dir": xml_attr(node_dir / "tmp" / "broker"),
-                "kahadb_dir": xml_attr(store_dir(node, node_dir) / "data" / "kahadb"),
+                "kahadb_dir": xml_attr(kahadb_dir(node, node_dir)),
                 "kahadb_locker": (
                     f'<locker><shared-file-locker lockAcquireSleepInterval="{LOCK_ACQUIRE_SLEEP_MS}"/></locker>'
                     if paired else ""
@@ -245,6 +245,11 @@ class ClassicFlavor(BrokerFlavor):
             if match and match.group("local") == node.name:
                 up[match.group("peer") or match.group("peer2")] = False
         return {peer for peer, is_up in up.items() if is_up and peer in names}
+
+
+def kahadb_dir(node: NodeState, node_dir: Path) -> Path:
+    """Where a node's KahaDB journal and index live (a failover pair's members share one)."""
+    return store_dir(node, node_dir) / "data" / "kahadb"
 
 
 def _activemq_dirs(home: Path, base: Path, conf: Path, data: Path) -> dict[str, Path]:
