@@ -14,7 +14,7 @@ from clustermq.broker.connection_options import Secret
 from clustermq.broker.dialect import ArtemisDialect, ClassicDialect, detect_dialect
 from clustermq.broker.nodes import format_nodes, parse_nodes
 from clustermq.groups import bucket_for_group, bucket_for_ungrouped, group_hash
-from clustermq.options import OptionError, ReadOptions
+from clustermq.options import OptionError, ReadOptions, WriteOptions
 from clustermq.read import available_now
 from clustermq.read.available_now import RecentIds
 from clustermq.read.consumer import ClusterConsumer
@@ -108,12 +108,21 @@ def test_unknown_option_lists_known_ones() -> None:
         ("queue", "a b", "may not contain"),
         ("initialReconnectDelay", "50000", "must not exceed"),
         ("discovery", "dns", "allowed: none, cluster"),
+        ("selector", "  ", "is blank"),
+        ("selector", "a = '\x00'", "NUL"),
     ],
 )
 def test_bad_values_name_the_option(name: str, value: str, fragment: str) -> None:
     with pytest.raises(OptionError) as err:
         read_opts(**{name: value})
     assert name in str(err.value) and fragment in str(err.value)
+
+
+def test_a_selector_is_kept_for_reading_and_refused_for_writing() -> None:
+    assert read_opts(selector=" region = 'EU' ").selector == "region = 'EU'"
+    assert read_opts().selector is None
+    with pytest.raises(OptionError, match="unknown option 'selector' for the clustermq writer"):
+        WriteOptions.parse({"brokers": BROKERS, "queue": "q", "selector": "a = 1"})
 
 
 def test_missing_queue() -> None:
@@ -400,7 +409,6 @@ def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
 
 # ----------------------------------------------------------------------------- priority backup
 def test_priority_nodes_are_a_validated_subset_and_lead_the_failover_order() -> None:
-    from clustermq.options import WriteOptions
     from clustermq.write.load_balancing import failover_order
 
     brokers = BROKERS + ",masterslave:(127.0.0.1:61643,127.0.0.1:61653)"

@@ -216,6 +216,23 @@ class Text(Option[str | None]):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Selector(Option[str | None]):
+    """A JMS message selector. Only its form is checked here (not blank, characters a STOMP
+    header can carry): its grammar is the broker's to judge, and brokers differ in what they
+    accept, so a node is asked before anything is consumed (broker/selector_check.py)."""
+
+    def read(self, raw: Mapping[str, str]) -> str | None:
+        text = self.text(raw)
+        if text is None:
+            return None
+        if not text.strip():
+            raise self.error("is blank; give a JMS selector (e.g. \"region = 'EU'\") or leave it unset")
+        if "\x00" in text:
+            raise self.error("contains a NUL character, which a STOMP header cannot carry")
+        return text.strip()
+
+
+@dataclass(frozen=True, kw_only=True)
 class HeaderName(Option[str]):
     """A STOMP header name; blank or unset means the default."""
 

@@ -27,6 +27,7 @@ from clustermq.options.table import (
     PRIORITY_NODES,
     RECEIPT_TIMEOUT,
     REPLAY_TIMEOUT,
+    SELECTOR,
     TRANSPORT,
     WRITE_MODE,
     check_known,
@@ -57,6 +58,8 @@ class ReadOptions:
     #: ``stomp`` or ``amqp`` (read/links.py); with ``amqp`` each node's AMQP endpoint by node name
     transport: str = "stomp"
     amqp_nodes: tuple[tuple[str, Node], ...] = ()
+    #: the JMS selector every subscription and browse carries (``selector``); None: every message
+    selector: str | None = None
 
     def amqp_node(self, name: str) -> Node:
         """The AMQP endpoint (``amqpBrokers``) of the node ``name`` of ``brokers``."""
@@ -86,6 +89,7 @@ class ReadOptions:
             priority_nodes=tuple(conn.nodes[i].name for i in _priority(raw, conn.nodes)),
             transport=TRANSPORT.read(raw),
             amqp_nodes=parse_amqp_nodes(raw, conn.nodes, TRANSPORT.read(raw), DISCOVERY.read(raw)),
+            selector=SELECTOR.read(raw),
         )
 
 

@@ -23,6 +23,7 @@ from clustermq.options.kinds import (
     Option,
     OptionalInt,
     QueueName,
+    Selector,
     Text,
 )
 
@@ -79,6 +80,7 @@ WRITE_MODE = Choice("writeMode", default="atomic", allowed=WRITE_MODES, applies_
 MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", meaning="Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node) without consuming it; ActiveMQ Classic only. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`export_backlog --mode drain`).")
 BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Batch read: milliseconds a node's browse may go without a message before the read fails.")
 
+SELECTOR = Selector("selector", shown="none: every message", applies_to="read", meaning="Reader and browse: a JMS message selector (SQL-92 over headers and properties, e.g. `region = 'EU' AND amount > 100`), the STOMP `selector` header (AMQP: the `jms-selector` filter). Only matching messages are read; the rest stay on the queue for other consumers. Checked by a broker node when the query or read starts: a selector it refuses fails with its error before anything is consumed. A JMS producer's group is `JMSXGroupID` on Classic and `_AMQ_GROUP_ID` on Artemis. Classic does not reach a matching message queued on a node behind more than `maxPageSize` non-matching ones (docs/broker-behaviour.md). With `Trigger.AvailableNow` the run ends `availableNowIdleTimeout` after the last matching message (the queue's depth counts every message, so it cannot tell when the selected backlog is read); a browse with a selector is not checked against the depth.")
 DISCOVERY = Choice("discovery", default="none", allowed=("none", "cluster"), meaning="`none`: `brokers` lists every node. `cluster`: `brokers` names one or a few seed nodes; the connector asks the first that answers for the cluster's members (Classic: statistics plugin and network-bridge advisories; Artemis: `listNetworkTopology` on the management address) and takes each peer's STOMP port to be its cluster port plus the seed's offset between the two (docs/design.md, Membership). A streaming read asks again every few seconds and subscribes to nodes that joined; a batch write asks once when it starts, a streaming write before every micro-batch.")
 PRIORITY_NODES = Text("priorityNodes", shown="none: every node", meaning="Comma-separated nodes of `brokers`, written as there (a pair as its `masterslave:(...)` group), preferred over the others. Writer: they get every message while one of them is reachable, balanced over them by `loadBalancingPolicy` (rows with a group id by their group's hash over them); the other nodes get messages only while none of these is reachable. Each task and micro-batch tries them first again. Streaming reader: consumes from them, and from the others only while none of these is connected (the network forwards the others' messages to them); within a micro-batch of one coming back it stops reading the others, after acknowledging what it planned from them. Browse reads every node.")
 TRANSPORT = Choice("transport", default="stomp", allowed=TRANSPORTS, applies_to="read", meaning="Streaming reader: `stomp` or `amqp` (AMQP 1.0 to `amqpBrokers`, python-qpid-proton). `amqp` fills `group_id` with a JMS producer's group on Classic too and `message_id` with the JMS message id (`ID:...`) on Artemis too, but costs several times the CPU per message (measured in `make bench`; see Compatibility). Browse, depth probes and the writer always use STOMP.")
@@ -91,7 +93,7 @@ OPTIONS: tuple[Option[Any], ...] = (
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
     HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, WRITE_MODE, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY,
-    PRIORITY_NODES, TRANSPORT, AMQP_BROKERS,
+    PRIORITY_NODES, TRANSPORT, AMQP_BROKERS, SELECTOR,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}

@@ -22,7 +22,7 @@ from typing import Any
 
 from proton import Delivery, Handler, Link, symbol
 from proton.handlers import MessagingHandler
-from proton.reactor import ApplicationEvent, Container, EventInjector, ReceiverOption
+from proton.reactor import ApplicationEvent, Container, EventInjector, ReceiverOption, Selector
 
 from clustermq.broker.dialect import BrokerDialect, resolve_amqp_dialect
 from clustermq.broker.nodes import Node
@@ -153,9 +153,12 @@ class AmqpLink(MessagingHandler):
             return
         address, capabilities = self._dialect.amqp_source(self.sub.options.connection.queue)
         self.sub.set_dialect(self._dialect)  # deliveries may start as soon as credit is granted
+        selector = self.sub.options.selector
+        options: list[ReceiverOption] = [_Capabilities(capabilities)]
+        if selector:  # the JMS selector filter (apache.org:selector-filter:string) of both brokers
+            options.append(Selector(selector))
         self._receiver = event.container.create_receiver(
-            event.connection, address, name=f"clustermq-{self.sub.index}",
-            options=_Capabilities(capabilities))
+            event.connection, address, name=f"clustermq-{self.sub.index}", options=options)
 
     def on_link_opened(self, event: Any) -> None:
         if event.receiver is None:  # proton wraps its objects afresh: not comparable by identity

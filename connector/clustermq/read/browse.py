@@ -32,6 +32,7 @@ from clustermq.broker.dialect import BrokerDialect, configured_dialect
 from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.listener import BROKER_ERROR, Inbox
 from clustermq.broker.nodes import Node
+from clustermq.broker.selector_check import check_selector, selector_headers
 from clustermq.broker.session import first_answering_node, open_node
 from clustermq.errors import BrowseIncomplete, BrowseRefused, BrowseTimeout, LinkLost, NodeUnavailable
 from clustermq.options import OptionError, ReadOptions
@@ -89,6 +90,9 @@ class ClusterMQBatchReader(DataSourceReader):
         dialect = detect_cluster_dialect(self.options)
         if configured_dialect(self.options.connection.flavor) is None:
             dialect.check_browse(DRAIN_HINT, where="the cluster: ")
+        if self.options.selector:
+            check_selector(self.options.connection, self.options.selector,
+                           f"to check the selector of the batch read of queue '{self.options.connection.queue}'")
         return [NodePartition(i, n.name) for i, n in enumerate(self.options.connection.nodes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -131,7 +135,7 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
             destination=dialect.destination(conn_options.queue),
             id=f"clustermq-browse-{index}",
             ack="auto",
-            headers=dialect.browse_headers(),
+            headers={**dialect.browse_headers(), **selector_headers(options.selector)},
         )
         seen = 0
         chunk: list[BufferedMessage] = []
@@ -159,7 +163,8 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
         if chunk:
             yield _to_batch(node, chunk, dialect, conn_options.group_id_header)
     depth_after = _depth(node, options)
-    known = [d for d in (depth_before, depth_after) if d is not None]
+    # The depth counts every message; with a selector a short browse is the selection.
+    known = [d for d in (depth_before, depth_after) if d is not None and not options.selector]
     if known and seen < min(known):
         raise BrowseIncomplete(
             f"broker node {node.name}: the browse of '{conn_options.queue}' returned {seen} "

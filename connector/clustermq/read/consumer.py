@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from clustermq.broker.discovery import with_discovered
 from clustermq.broker.nodes import Node
 from clustermq.broker.reachability import no_node_reachable
+from clustermq.broker.selector_check import check_selector
 from clustermq.errors import NodeUnavailable, NoNodeReachable
 from clustermq.options import ReadOptions
 from clustermq.read.available_now import ArrivalCounter, AvailableNow, DepthProbe, RecentIds
@@ -58,6 +59,9 @@ class ClusterConsumer:
         """Connect to every node at once; fail only if none answers."""
         if self._started:
             return
+        if self.options.selector:
+            check_selector(self.options.connection, self.options.selector,
+                           f"to check the selector for queue '{self.options.connection.queue}'")
         errors: list[NodeUnavailable] = []
         for wave in connect_order(self.subscriptions):  # priorityNodes first, see priority.py
             with ThreadPoolExecutor(max_workers=len(wave)) as pool:

@@ -16,6 +16,7 @@ from typing import Any
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.frames import body_bytes, error_text, message_headers
 from clustermq.broker.listener import StompListener
+from clustermq.broker.selector_check import selector_headers
 from clustermq.broker.session import NodeSession, open_node
 from clustermq.broker.stomp_connection import HEARTBEAT_RECEIVE_SCALE
 from clustermq.options import ReadOptions
@@ -130,7 +131,8 @@ def open_stomp_link(owner: LinkOwner, generation: int) -> StompLink:
         for sub_id, slot in receiver.slots.items():  # several where the broker hides groups
             session.conn.subscribe(destination=dialect.destination(options.connection.queue), id=sub_id,
                                    ack=options.ack_mode,
-                                   headers=flow_control(options, dialect, len(receiver.slots), slot))
+                                   headers={**flow_control(options, dialect, len(receiver.slots), slot),
+                                            **selector_headers(options.selector)})
     except Exception:
         session.close()
         raise

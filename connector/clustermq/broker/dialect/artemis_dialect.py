@@ -69,6 +69,13 @@ class ArtemisDialect(BrokerDialect):
     def routing_headers(self) -> dict[str, str]:
         return {"destination-type": "ANYCAST"}
 
+    def selector_probe(self, token: str) -> tuple[str, dict[str, str]]:
+        """A multicast address of its own (auto-created, as the management replies' are): the
+        subscription is a non-durable queue with the selector as its filter, parsed when it is
+        created ('Invalid selector' ERROR, then the node closes the connection) and deleted
+        with the consumer."""
+        return f"clustermq.selector.{token}", {"destination-type": "MULTICAST"}
+
     def subscribe_headers(
         self, prefetch: int, window_bytes: int | None = None, *, body_bytes: int = 1024, batch_bytes: int = 0
     ) -> dict[str, str]:

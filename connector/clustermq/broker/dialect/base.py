@@ -60,6 +60,12 @@ class BrokerDialect:
         """
         return dict(self.routing_headers())
 
+    def selector_probe(self, token: str) -> tuple[str, dict[str, str]]:
+        """A destination that holds no message, exists for one subscriber and goes with it, and
+        its SUBSCRIBE headers: subscribing there with a selector makes the node parse it
+        without consuming anything (broker/selector_check.py)."""
+        raise NotImplementedError(f"{self.product}: no destination to check a selector on")
+
     def browse_headers(self) -> dict[str, str]:
         """SUBSCRIBE headers of a browse (see :meth:`check_browse` first)."""
         return dict(self.routing_headers())

@@ -63,6 +63,12 @@ class ClassicDialect(BrokerDialect):
     ) -> dict[str, str]:
         return {"activemq.prefetchSize": str(prefetch)}
 
+    def selector_probe(self, token: str) -> tuple[str, dict[str, str]]:
+        """A temporary queue: the node parses the selector when the consumer is created
+        (InvalidSelectorException in the ERROR frame's body) and drops the queue with the
+        connection."""
+        return f"/temp-queue/clustermq-selector-{token}", {}
+
     def browse_headers(self) -> dict[str, str]:
         """A browser subscription; the broker ends the listing with a MESSAGE ``browser:end``."""
         return {"browser": "true", **self.routing_headers()}
