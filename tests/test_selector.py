@@ -27,11 +27,12 @@ def group_selector(broker: Any, group: str) -> str:
     return f"{GROUP_PROPERTY[broker.flavor]} = '{group}'"
 
 
-def read_selected(spark: SparkSession, broker: Any, queue: str, work: Path, group: str) -> list[Any]:
+def read_selected(spark: SparkSession, broker: Any, queue: str, work: Path, group: str,
+                  **extra: object) -> list[Any]:
     """AvailableNow with a selector for ``group``: the rows, each delivery emitted once."""
     rows, _ = drain(spark, broker.reader_options(queue, selector=group_selector(broker, group),
                                                  availableNowIdleTimeout=IDLE_MS,
-                                                 maxMessagesPerTrigger=150), work)
+                                                 maxMessagesPerTrigger=150, **extra), work)
     assert_each_delivery_emitted_once(rows)
     return rows.select("message_id", "headers").collect()
 
@@ -40,8 +41,9 @@ def test_a_selector_reads_only_the_matching_jms_messages_and_leaves_the_rest(
     spark: SparkSession, broker: Any, tmp_path: Path
 ) -> None:
     """Two JMS producers (group red: 300 on node 0; blue: 200 on node 1). A query selecting red
-    reads exactly red's 300 and nothing of blue, which stays queued (200 over the nodes); a
-    second query selecting blue then reads exactly those 200 and empties the queue."""
+    reads exactly red's 300 and nothing of blue, which stays queued (200 over the nodes); on
+    Classic a browse selecting blue shows those 200; a second query selecting blue, over AMQP
+    (the receiver's selector filter), then reads exactly those 200 and empties the queue."""
     queue = new_queue("selector")
     produce_groups(broker, tmp_path, queue, {"red": (0, 300, 0), "blue": (1, 200, 0)})
     red = read_selected(spark, broker, queue, tmp_path / "red", "red")
@@ -51,7 +53,15 @@ def test_a_selector_reads_only_the_matching_jms_messages_and_leaves_the_rest(
     assert (len(red), len(distinct), len(producers), sum(d or 0 for d in left.values())) == (300, 300, 1, 200), (
         f"red read {len(red)} rows ({len(distinct)} distinct) from {len(producers)} producers; "
         f"depths after: {left}\n{cluster_state(broker, queue)}")
-    blue = read_selected(spark, broker, queue, tmp_path / "blue", "blue")
+    if broker.flavor == "classic":
+        browsed = (spark.read.format("clustermq")
+                   .options(**broker.reader_options(queue, selector=group_selector(broker, "blue")))
+                   .load().select("message_id", "headers").collect())
+        assert sorted(r["message_id"] for r in browsed) == sorted(
+            r["message_id"] for r in browsed if producer_of(r["message_id"], r["headers"]) not in producers)
+        assert len({r["message_id"] for r in browsed}) == len(browsed) == 200, len(browsed)
+    blue = read_selected(spark, broker, queue, tmp_path / "blue", "blue", transport="amqp",
+                         amqpBrokers=broker.cluster.amqp_brokers)
     blue_producers = {producer_of(r["message_id"], r["headers"]) for r in blue}
     assert (len(blue), len({r["message_id"] for r in blue}), len(blue_producers)) == (200, 200, 1), (
         f"blue read {len(blue)} rows from {len(blue_producers)} producers\n{cluster_state(broker, queue)}")
