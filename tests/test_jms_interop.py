@@ -241,3 +241,45 @@ def test_jms_consumer_sees_the_writers_groups(spark: SparkSession, broker, tmp_p
         count = len(set(received)) if received else int(consumed.group(1)) if consumed else 0
         assert count == per_group and len(received) in (0, per_group), text[-2000:]
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+#: how a broker hands JMSReplyTo of the queue ``replies.q`` to an AMQP consumer
+REPLY_TO = {"classic": "queue://replies.q", "artemis": "replies.q"}
+
+
+def test_jms_consumers_read_the_writers_jms_header_columns(spark: SparkSession, broker, tmp_path: Path) -> None:
+    """The columns ``ttl``, ``correlation_id``, ``reply_to`` and ``type`` become JMS headers, not
+    properties: a JMS consumer selecting ``JMSCorrelationID`` and ``JMSType`` receives exactly
+    the 10 rows that match, and an AMQP consumer (the reader, ``transport=amqp``) finds the other
+    30 with the columns' values in its message properties (correlation-id, subject, reply-to,
+    expiry), written through the atomic mode's staging and move."""
+    queue = new_queue("jmsheaders")
+    first = broker.cluster.nodes()[0]
+    options = {**broker.reader_options(queue), "brokers": f"{first.host}:{first.port}"}
+    rows = [(f"m{i}", 600_000 if i < 20 else None, f"c-{i % 2}", None if i % 5 == 0 else "replies.q",
+             "invoice" if i % 4 < 2 else "refund") for i in range(40)]
+    written_from = time.time() * 1000
+    (spark.createDataFrame(rows, "body string, ttl long, correlation_id string, reply_to string, type string")
+     .repartition(2).write.format("clustermq").mode("append").options(**options).save())
+    written_to = time.time() * 1000
+    selected = [i for i in range(40) if i % 4 == 0]  # c-0 and invoice
+    with jms_client(broker, tmp_path, "consumer", 0, "consumer", queue, len(selected),
+                    selector="JMSCorrelationID = 'c-0' AND JMSType = 'invoice'") as proc:
+        finish(proc, tmp_path / "consumer.log", "JMS consumer selecting JMSCorrelationID and JMSType")
+    amqp = {**options, "transport": "amqp", "amqpBrokers": broker.cluster.amqp_brokers.split(",")[0]}
+    read, _ = drain(spark, amqp, tmp_path / "amqp")
+    by_body = {bytes(r["body"]).decode(): r["headers"] for r in read.select("body", "headers").collect()}
+    assert sorted(by_body) == sorted(f"m{i}" for i in range(40) if i not in selected), sorted(by_body)
+    for i in range(40):
+        headers = by_body.get(f"m{i}")
+        if headers is None:
+            continue
+        _, ttl, correlation, reply_to, kind = rows[i]
+        assert (headers.get("correlation-id"), headers.get("subject"), headers.get("reply-to")) == (
+            correlation, kind, REPLY_TO[broker.flavor] if reply_to else None), (i, headers)
+        expires = headers.get("expires")
+        if ttl is None:
+            assert expires is None, (i, headers)
+        else:
+            assert expires is not None and written_from + ttl <= int(expires) <= written_to + ttl, (i, headers, written_from, written_to)
+    assert broker.wait_depth_zero(queue)[first.name] == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
@@ -116,6 +118,41 @@ def test_messages_carry_ids_groups_and_name_bad_rows() -> None:
     )
     with pytest.raises(InputError, match="priority 11 is outside 0-9"):
         list(builder.messages(out_of_range))
+
+
+def test_jms_header_columns_set_the_jms_headers_and_name_bad_rows() -> None:
+    o = write_opts()
+    layout = input_layout(schema("body string, ttl long, correlation_id string, reply_to string, type string, "
+                                 "headers map<string,string>"), o)
+    builder = MessageBuilder(layout, o, "job-1", 0, 2, "tag", default_node=0)
+    fields = [("body", pa.string()), ("ttl", pa.int64()), ("correlation_id", pa.string()),
+              ("reply_to", pa.string()), ("type", pa.string()),
+              ("headers", pa.map_(pa.string(), pa.string()))]
+
+    def rows(**columns: list[object]) -> pa.RecordBatch:
+        base: dict[str, list[object]] = {"body": ["a"], "ttl": [None], "correlation_id": [None],
+                                         "reply_to": [None], "type": [None], "headers": [None]}
+        return pa.RecordBatch.from_pydict({**base, **columns}, schema=pa.schema(fields))
+
+    before = int(time.time() * 1000)
+    full, bare, no_expiry = list(builder.messages(pa.concat_batches([
+        rows(ttl=[60_000], correlation_id=["c-1"], reply_to=["replies"], type=["invoice"]), rows(), rows(ttl=[0])])))
+    assert before + 60_000 <= int(full.headers["expires"]) <= int(time.time() * 1000) + 60_000
+    assert (full.headers["correlation-id"], full.headers["type"], full.reply_to) == ("c-1", "invoice", "replies")
+    assert not {"expires", "correlation-id", "type"} & (set(bare.headers) | set(no_expiry.headers))
+    assert bare.reply_to is None
+    with pytest.raises(InputError, match="row 3 of partition 2: ttl -5 is negative"):
+        list(builder.messages(rows(ttl=[-5])))
+    with pytest.raises(InputError, match="reply_to '/queue/r' is not a queue name: give the bare queue name"):
+        list(builder.messages(rows(reply_to=["/queue/r"])))
+    with pytest.raises(InputError, match="header 'Correlation-Id' is set by a column of the input"):
+        list(builder.messages(rows(headers=[[("Correlation-Id", "x")]])))
+    with pytest.raises(InputError, match="'ttl' must be an integer type"):
+        input_layout(schema("body string, ttl string"), o)
+    with pytest.raises(InputError, match="'type' must be string, not int"):
+        input_layout(schema("body string, type int"), o)
+    with pytest.raises(InputError, match="'reply-to' cannot become a header: a JMS header column"):
+        input_layout(schema("body string, reply_to string, reply-to string"), write_opts(headersFromColumns="true"))
 
 
 def test_staged_headers_become_final_headers() -> None:

@@ -62,9 +62,11 @@ def _requester(options: WriteOptions, session: NodeSession, inbox: Inbox) -> Req
     return Requester(session.conn, inbox, time.monotonic() + options.receipt_timeout_s, keep_reply=True)
 
 
-def login_manages_queues(options: WriteOptions, unreachable_fails: bool = False) -> bool:
+def login_manages_queues(options: WriteOptions, unreachable_fails: bool = False,
+                         expiring: bool = False) -> bool:
     """Whether the login may manage queues, so the commit can move inside the broker: the
-    first node that answers says (a cluster's nodes share one login).
+    first node that answers says (a cluster's nodes share one login). With ``expiring`` (the
+    input sets ``ttl``) only where the broker's move keeps a message's expiration.
 
     When no node answers: with ``unreachable_fails`` (a batch write, asked once on the driver
     before any task runs) :class:`NoNodeReachable` naming every node and why; otherwise
@@ -77,6 +79,8 @@ def login_manages_queues(options: WriteOptions, unreachable_fails: bool = False)
             # not leave the next node's connection marked lost
             inbox = Inbox()
             session.conn.set_listener("clustermq-manage", inbox)
+            if expiring and not session.dialect.move_keeps_expiration:
+                return False
             try:
                 return session.dialect.can_manage(_requester(options, session, inbox))
             except DepthError:

@@ -34,7 +34,12 @@ from clustermq.options import WriteOptions
 from clustermq.write.headers import CLUSTERMQ_PREFIX
 
 #: the columns the writer understands; anything else is an error or (headersFromColumns) a header
-WRITE_COLUMNS = ("body", "group_id", "headers", "priority", "destination")
+WRITE_COLUMNS = ("body", "group_id", "headers", "priority", "destination", "ttl", "correlation_id",
+                 "reply_to", "type")
+#: the columns that set a JMS header, and the STOMP header each sets (both brokers map these to
+#: JMSExpiration, JMSCorrelationID, JMSReplyTo and JMSType)
+JMS_HEADER_COLUMNS = {"ttl": "expires", "correlation_id": "correlation-id", "reply_to": "reply-to",
+                      "type": "type"}
 
 INTEGRAL_TYPES = (ByteType, ShortType, IntegerType, LongType)
 #: the column types headersFromColumns turns into header text
@@ -57,6 +62,10 @@ ROLE_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "headers": ((MapType,), "map<string,string>"),
     "priority": (INTEGRAL_TYPES, "an integer type (0-9)"),
     "destination": ((StringType,), "string (a queue name)"),
+    "ttl": (INTEGRAL_TYPES, "an integer type (milliseconds to live)"),
+    "correlation_id": ((StringType,), "string"),
+    "reply_to": ((StringType,), "string (a queue name)"),
+    "type": ((StringType,), "string"),
 }
 
 
@@ -71,6 +80,17 @@ class InputLayout:
     priority: str | None = None
     destination: str | None = None
     header_columns: tuple[str, ...] = ()
+    ttl: str | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    jms_type: str | None = None
+
+    def jms_headers(self) -> frozenset[str]:
+        """The STOMP headers this input's JMS header columns set (a row's ``headers`` map may not
+        set them too)."""
+        roles = {"ttl": self.ttl, "correlation_id": self.correlation_id, "reply_to": self.reply_to,
+                 "type": self.jms_type}
+        return frozenset(JMS_HEADER_COLUMNS[role] for role, column in roles.items() if column)
 
 
 def _type_name(data_type: DataType) -> str:
@@ -131,7 +151,11 @@ def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
             f"{', '.join(WRITE_COLUMNS)}); drop it, or set headersFromColumns=true to send "
             "it as a message header"
         )
+    set_by_columns = {header for role, header in JMS_HEADER_COLUMNS.items() if roles[role]}
     for f in extra:
+        if f.name.lower() in set_by_columns:
+            raise InputError(f"input column '{f.name}' cannot become a header: a JMS header column "
+                             "of the input sets it")
         why = check_header_name(f.name, group_header)
         if why:
             raise InputError(f"input column '{f.name}' cannot become a header: the name {why}")
@@ -148,4 +172,8 @@ def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
         priority=roles["priority"],
         destination=roles["destination"],
         header_columns=tuple(f.name for f in extra),
+        ttl=roles["ttl"],
+        correlation_id=roles["correlation_id"],
+        reply_to=roles["reply_to"],
+        jms_type=roles["type"],
     )

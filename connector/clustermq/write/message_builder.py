@@ -9,6 +9,7 @@ task with an ``InputError`` naming its partition and index.
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -60,6 +61,7 @@ class MessageBuilder:
         self._queue = self.options.connection.queue
         self._group_header = self.options.connection.group_id_header
         self._checked_destinations: set[str] = set()
+        self._column_headers = self.layout.jms_headers()
 
     def _where(self, row: int) -> str:
         return f"row {row} of partition {self.partition}"
@@ -78,6 +80,11 @@ class MessageBuilder:
         header_maps = column(layout.headers)
         priorities = column(layout.priority)
         destinations = column(layout.destination)
+        ttls = column(layout.ttl)
+        correlation_ids = column(layout.correlation_id)
+        reply_tos = column(layout.reply_to)
+        types = column(layout.jms_type)
+        now_ms = int(time.time() * 1000)  # JMSExpiration counts from the send, as a JMS producer's
         extra = [(name, column(name)) for name in layout.header_columns]
         for i in range(batch.num_rows):
             row = self.row
@@ -95,6 +102,9 @@ class MessageBuilder:
                         raise InputError(f"{self._where(row)}: header '{key}' {why}")
                     if value is None:
                         raise InputError(f"{self._where(row)}: header '{key}' has a null value")
+                    if key.lower() in self._column_headers:
+                        raise InputError(f"{self._where(row)}: header '{key}' is set by a column of "
+                                         "the input; set it there only")
                     headers[key] = value
             for name, values in extra:
                 assert values is not None
@@ -105,9 +115,22 @@ class MessageBuilder:
                 if not 0 <= priority <= 9:
                     raise InputError(f"{self._where(row)}: priority {priority} is outside 0-9")
                 headers["priority"] = str(priority)
+            if ttls is not None and ttls[i] is not None:
+                if ttls[i] < 0:
+                    raise InputError(f"{self._where(row)}: ttl {ttls[i]} is negative; give "
+                                     "milliseconds to live, or 0 or null for no expiry")
+                if ttls[i] > 0:
+                    headers["expires"] = str(now_ms + ttls[i])
+            if correlation_ids is not None and correlation_ids[i] is not None:
+                headers["correlation-id"] = correlation_ids[i]
+            if types is not None and types[i] is not None:
+                headers["type"] = types[i]
+            reply_to = None
+            if reply_tos is not None and reply_tos[i] is not None:
+                reply_to = self._destination(reply_tos[i], row, "reply_to")
             target = self._queue
             if destinations is not None and destinations[i] is not None:
-                target = self._destination(destinations[i], row)
+                target = self._destination(destinations[i], row, "destination")
             headers[TARGET_HEADER] = target
             headers[ID_HEADER] = f"{self._prefix}{row}"
             group = groups[i] if groups is not None else None
@@ -118,16 +141,17 @@ class MessageBuilder:
             else:
                 preferred = self.default_node
             yield Outgoing(preferred=preferred, headers=headers, body=body, group_id=group,
-                           label=self._where(row))
+                           label=self._where(row), reply_to=reply_to)
 
-    def _destination(self, value: str, row: int) -> str:
+    def _destination(self, value: str, row: int, column: str) -> str:
+        """``value`` of a column that names a queue, checked as the ``queue`` option is."""
         if value not in self._checked_destinations:
             try:
-                queue_name(value, "destination")
+                queue_name(value, column)
             except OptionError as exc:
                 raise InputError(
-                    f"{self._where(row)}: destination {value!r} is not a queue name: "
-                    + str(exc).replace("option 'queue': ", "")
+                    f"{self._where(row)}: {column} {value!r} is not a queue name: "
+                    + str(exc).replace(f"option '{column}': ", "")
                 ) from None
             self._checked_destinations.add(value)
         return value

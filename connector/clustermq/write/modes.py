@@ -140,15 +140,16 @@ class AttemptStaging(_Staged):
         return dialect.destination(staging_queue(route.queue, route.job_id, index, route.task_tag)), headers
 
 
-def choose_mode(options: WriteOptions, unreachable_fails: bool = False) -> WriteMode:
+def choose_mode(options: WriteOptions, unreachable_fails: bool = False, expiring: bool = False) -> WriteMode:
     """The mode of a write with ``options``, on the driver: ``writeMode=direct`` is
     :class:`Direct` (no broker asked); otherwise the first node that answers says whether the
     login may manage queues (:class:`AttemptStaging`) or not (:class:`JobStaging`).
 
     When no node answers: with ``unreachable_fails`` :class:`NoNodeReachable` naming every node
     and why (a batch write fails before any task runs); otherwise :class:`JobStaging` (a
-    streaming write's tasks report the nodes they could not reach).
+    streaming write's tasks report the nodes they could not reach). ``expiring``: the input
+    sets ``ttl``, which a broker's own move may clear (the dialect's ``move_keeps_expiration``).
     """
     if options.direct:
         return Direct()
-    return AttemptStaging() if login_manages_queues(options, unreachable_fails) else JobStaging()
+    return AttemptStaging() if login_manages_queues(options, unreachable_fails, expiring) else JobStaging()

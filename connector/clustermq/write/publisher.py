@@ -69,6 +69,8 @@ class Outgoing:
     group_id: str | None
     #: where the message comes from, for errors ("row 3 of partition 1")
     label: str = ""
+    #: the queue replies go to (``reply_to`` column), named in the node's dialect when sent
+    reply_to: str | None = None
 
 
 class _Link(StompListener):
@@ -215,6 +217,9 @@ class TaskPublisher:
         assert link.dialect is not None
         headers = dict(message.headers)
         headers.update(link.dialect.send_headers(message.group_id, self.options.connection.group_id_header))
+        if message.reply_to is not None:
+            # Classic makes JMSReplyTo of "/queue/<name>" only (a bare name stays a property)
+            headers["reply-to"] = link.dialect.destination(message.reply_to)
         return self._route.frame(link.index, link.dialect, headers)
 
     def _resend_outside_transaction(self, link: _Link) -> bool:

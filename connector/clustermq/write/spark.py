@@ -42,7 +42,7 @@ class ClusterMQBatchWriter(DataSourceArrowWriter):
         self.layout = layout
         self.job_id = uuid.uuid4().hex
         #: ``NoNodeReachable`` now, before any task, when no node answers
-        self.mode = choose_mode(options, unreachable_fails=True)
+        self.mode = choose_mode(options, unreachable_fails=True, expiring=layout.ttl is not None)
 
     def __repr__(self) -> str:
         return f"ClusterMQBatchWriter(queue={self.options.connection.queue!r}, job={self.job_id})"
@@ -72,7 +72,7 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
         self.options = discovered(options)
         self.layout = layout
         self.fallback_id = uuid.uuid4().hex
-        self.mode = choose_mode(self.options)
+        self.mode = choose_mode(self.options, expiring=layout.ttl is not None)
 
     def __repr__(self) -> str:
         return f"ClusterMQStreamWriter(queue={self.options.connection.queue!r})"

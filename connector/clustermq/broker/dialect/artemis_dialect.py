@@ -62,6 +62,9 @@ class ArtemisDialect(BrokerDialect):
     can_browse: bool = False
     transactional_ack: bool = False
     drops_duplicates: bool = True
+    #: measured on 2.40: a message moveMessages moved arrived with no expiration
+    #: (docs/broker-behaviour.md, "Moving inside the broker (`moveMessages`)")
+    move_keeps_expiration: bool = False
 
     def destination(self, queue: str) -> str:
         return queue[len("/queue/"):] if queue.startswith("/queue/") else queue

@@ -37,6 +37,8 @@ class BrokerDialect:
     #: grouped, while the broker still pins each group to one consumer: the reader then keeps a
     #: group together by the subscription ("group slot") it arrived on (read/slots.py)
     hides_jms_group: bool = False
+    #: whether :meth:`move_messages` keeps a message's expiration (JMSExpiration)
+    move_keeps_expiration: bool = True
 
     def destination(self, queue: str) -> str:
         return f"/queue/{queue}"
