@@ -178,3 +178,22 @@ def test_amqp_lost_connection_emits_the_planned_and_the_broker_redelivers_them(b
     print(f"\n[{broker.flavor}] amqp: stalled link lost after {detected_s:.2f} s (heartbeat 1 s); "
           f"{planned} planned messages emitted and redelivered with the same message_id")
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
+def test_a_batch_read_over_amqp_browses_every_node_and_consumes_nothing(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """``spark.read`` with ``transport=amqp`` (a copy-mode receiver per node; Artemis has no
+    STOMP browse): every one of 3,000 messages once, each from the node that holds it, and every
+    node's depth the same afterwards."""
+    queue = new_queue("amqpbrowse")
+    broker.produce(queue, 3000, groups=30)
+    before = broker.settled_depths(queue)
+    rows = (spark.read.format("clustermq").options(**amqp_options(broker, queue)).load()
+            .select("node", F.col("headers")["loadgen_id"].alias("id")).collect())
+    per_node: dict[str, int] = {}
+    for r in rows:
+        per_node[r["node"]] = per_node.get(r["node"], 0) + 1
+    assert sorted(int(r["id"]) for r in rows) == list(range(3000))
+    assert per_node == {name: d for name, d in before.items() if d}, (per_node, before)
+    assert broker.settled_depths(queue) == before

@@ -90,6 +90,8 @@ def test_batch_read_refuses_drain_and_artemis_before_any_task() -> None:
     with pytest.raises(OptionError, match="Artemis cannot browse"):
         check_browse_mode(ReadOptions.parse({**base, "flavor": "artemis"}))
     check_browse_mode(ReadOptions.parse(base))  # browse on classic/auto is fine
+    amqp = {"transport": "amqp", "amqpBrokers": "127.0.0.1:2"}
+    check_browse_mode(ReadOptions.parse({**base, "flavor": "artemis", **amqp}))  # over AMQP it browses
 
 
 def queue_to_delta_job():  # type: ignore[no-untyped-def]

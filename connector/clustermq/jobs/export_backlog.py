@@ -7,9 +7,10 @@
     spark-submit [--packages io.delta:delta-spark_4.2_2.13:4.4.0] spark_jobs/export_backlog.py ...
 
 ``--mode browse`` (default) writes a snapshot taken with the batch read: every node's queue is
-browsed, nothing is consumed, the queues are left as they were (ActiveMQ Classic; the broker's
-``maxBrowsePageSize`` must cover the backlog, otherwise the job fails and says so). The output
-must not exist yet: a snapshot is never mixed into another.
+browsed, nothing is consumed, the queues are left as they were (over STOMP on ActiveMQ Classic,
+whose ``maxBrowsePageSize`` must cover the backlog, otherwise the job fails and says so; on
+either broker over AMQP 1.0 with ``--option transport=amqp --option amqpBrokers=...``). The
+output must not exist yet: a snapshot is never mixed into another.
 
 ``--mode drain`` empties the queue: a streaming read with ``Trigger.AvailableNow`` that reads
 the backlog measured at start and acknowledges each micro-batch only after it is committed to

@@ -50,8 +50,8 @@ def parse_amqp_nodes(raw: Mapping[str, str], nodes: tuple[Node, ...], transport:
 def check_proton() -> None:
     """``transport=amqp`` needs python-qpid-proton, an optional extra: without it the read fails
     here, while its options are parsed, naming the option and the install command (rather than
-    with an ``ImportError`` from inside a running query). Only this check and the AMQP link
-    import proton, so a STOMP-only installation never needs it."""
+    with an ``ImportError`` from inside a running query). Only this check and the AMQP link and
+    browse import proton, so a STOMP-only installation never needs it."""
     try:
         importlib.import_module("proton")
     except ImportError as exc:

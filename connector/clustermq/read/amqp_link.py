@@ -20,45 +20,23 @@ import queue
 import threading
 from typing import Any
 
-from proton import Delivery, Handler, Link, symbol
+from proton import Delivery, Handler
 from proton.handlers import MessagingHandler
-from proton.reactor import ApplicationEvent, Container, EventInjector, ReceiverOption, Selector
+from proton.reactor import ApplicationEvent, Container, EventInjector
 
-from clustermq.broker.dialect import BrokerDialect, resolve_amqp_dialect
+from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.nodes import Node
 from clustermq.broker.reachability import amqp_failure
 from clustermq.errors import LinkLost, NodeUnavailable
+from clustermq.read.amqp_attach import connect, connection_dialect, queue_source
 from clustermq.read.amqp_message import message_fields
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
 
 log = logging.getLogger("clustermq.subscription")
 
-#: the link sees no messages more often than this scale of ``heartbeat`` (as STOMP's 2.5 x)
-IDLE_SCALE = 2.5
 #: longest wait for the broker to answer the receiver's detach before the connection closes
 DETACH_WAIT_S = 5.0
-
-
-class _Capabilities(ReceiverOption):
-    """Source capabilities (``queue``: Artemis then consumes the anycast queue of that name)."""
-
-    def __init__(self, capabilities: tuple[str, ...]) -> None:
-        self.capabilities = capabilities
-
-    def apply(self, link: Link) -> None:
-        if self.capabilities:
-            link.source.capabilities.put_array(False, symbol_type())
-            link.source.capabilities.enter()
-            for capability in self.capabilities:
-                link.source.capabilities.put_symbol(symbol(capability))
-            link.source.capabilities.exit()
-
-
-def symbol_type() -> int:
-    from proton import Data
-
-    return int(Data.SYMBOL)
 
 
 class AmqpLink(MessagingHandler):
@@ -135,28 +113,17 @@ class AmqpLink(MessagingHandler):
 
     # ------------------------------------------------------------------ reactor thread
     def on_start(self, event: Any) -> None:
-        options = self.sub.options
-        user, password = options.connection.login
-        heartbeat_s = options.connection.heartbeat_ms / 1000 * IDLE_SCALE or None
-        self._connection = event.container.connect(
-            f"amqp://{self.endpoint.host}:{self.endpoint.port}", user=user, password=password,
-            reconnect=False, heartbeat=heartbeat_s, allow_insecure_mechs=True,
-            allowed_mechs="PLAIN" if user else "ANONYMOUS", sasl_enabled=True)
+        self._connection = connect(event.container, self.endpoint, self.sub.options.connection)
 
     def on_connection_opened(self, event: Any) -> None:
-        props = event.connection.remote_properties or {}
         try:
-            self._dialect = resolve_amqp_dialect(self.sub.options.connection.flavor,
-                                                str(props.get(symbol("product"), "")))
+            self._dialect = connection_dialect(event.connection, self.sub.options.connection.flavor)
         except ValueError as exc:
             self._fail(str(exc))
             return
-        address, capabilities = self._dialect.amqp_source(self.sub.options.connection.queue)
+        address, options = queue_source(self._dialect, self.sub.options.connection.queue,
+                                        self.sub.options.selector)
         self.sub.set_dialect(self._dialect)  # deliveries may start as soon as credit is granted
-        selector = self.sub.options.selector
-        options: list[ReceiverOption] = [_Capabilities(capabilities)]
-        if selector:  # the JMS selector filter (apache.org:selector-filter:string) of both brokers
-            options.append(Selector(selector))
         self._receiver = event.container.create_receiver(
             event.connection, address, name=f"clustermq-{self.sub.index}", options=options)
 

@@ -14,7 +14,9 @@ What a browse cannot promise, and how the read guards against it:
   the smaller of the two means the broker cut the listing, and the read fails with an error that
   names the broker setting and the drain export, instead of returning a silently partial
   "snapshot".
-* Artemis has no STOMP browse: the read fails at planning, pointing to the drain export.
+* Artemis has no STOMP browse: with ``transport=amqp`` the read browses over AMQP 1.0 instead
+  (read/amqp_browse.py, on both brokers); over STOMP it fails at planning, pointing there and to
+  the drain export.
 * Messages that producers add or consumers take during the browse may or may not be seen: the
   snapshot is per node and not atomic across nodes.
 """
@@ -27,24 +29,22 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from clustermq.broker.depth import queue_depth
 from clustermq.broker.dialect import BrokerDialect, configured_dialect
 from clustermq.broker.frames import body_bytes, message_headers
 from clustermq.broker.listener import BROKER_ERROR, Inbox
 from clustermq.broker.nodes import Node
 from clustermq.broker.selector_check import check_selector, selector_headers
 from clustermq.broker.session import first_answering_node, open_node
-from clustermq.errors import BrowseIncomplete, BrowseRefused, BrowseTimeout, LinkLost, NodeUnavailable
+from clustermq.errors import BrowseRefused, BrowseTimeout, LinkLost, NodeUnavailable
 from clustermq.options import OptionError, ReadOptions
 from clustermq.read.messages import BufferedMessage
-from clustermq.read.schema import to_record_batch
+from clustermq.read.snapshot import CHUNK, check_complete, node_depth, snapshot_batch
 
 log = logging.getLogger("clustermq.browse")
 
-# Rows per Arrow batch handed to Spark: bounds executor memory for deep queues.
-_CHUNK = 5000
 DRAIN_HINT = (
-    "export the backlog by draining it instead: python -m clustermq.jobs.export_backlog --mode drain "
+    "browse it over AMQP 1.0 instead (options transport=amqp and amqpBrokers), or export the "
+    "backlog by draining it: python -m clustermq.jobs.export_backlog --mode drain "
     "(a streaming read with Trigger.AvailableNow, acknowledged on commit)"
 )
 
@@ -69,7 +69,7 @@ def check_browse_mode(options: ReadOptions) -> None:
             f"messages after they are safely written); {DRAIN_HINT}"
         )
     dialect = configured_dialect(options.connection.flavor)
-    if dialect is not None:
+    if dialect is not None and options.transport != "amqp":
         dialect.check_browse(DRAIN_HINT)
 
 
@@ -88,7 +88,7 @@ class ClusterMQBatchReader(DataSourceReader):
         broker the cluster runs; in any case a cluster none of whose nodes answers fails here,
         with every node and why (:class:`NoNodeReachable`), not in one task with one node."""
         dialect = detect_cluster_dialect(self.options)
-        if configured_dialect(self.options.connection.flavor) is None:
+        if configured_dialect(self.options.connection.flavor) is None and self.options.transport != "amqp":
             dialect.check_browse(DRAIN_HINT, where="the cluster: ")
         if self.options.selector:
             check_selector(self.options.connection, self.options.selector,
@@ -98,6 +98,10 @@ class ClusterMQBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, NodePartition)
         node = self.options.connection.nodes[partition.index]
+        if self.options.transport == "amqp":  # a copy-mode receiver: both brokers browse so
+            from clustermq.read.amqp_browse import browse_node_amqp  # proton: an optional extra
+
+            return browse_node_amqp(node, partition.index, self.options)
         return browse_node(node, partition.index, self.options)
 
 
@@ -109,24 +113,13 @@ def detect_cluster_dialect(options: ReadOptions) -> BrokerDialect:
         return session.dialect
 
 
-def _depth(node: Node, options: ReadOptions) -> int | None:
-    username, password = options.connection.login
-    try:
-        return queue_depth(node, options.connection.queue, username, password,
-                           options.connection.connect_timeout_s)
-    except Exception as exc:
-        log.warning("node %s: queue depth unknown (%s); cannot check the browse is complete",
-                    node.name, exc)
-        return None
-
-
 def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     """Every message of ``queue`` on ``node``, as record batches; the queue is left unchanged.
 
     ``sequence`` is the message's position in the node's browse (0, 1, ...).
     """
     conn_options = options.connection
-    depth_before = _depth(node, options)
+    depth_before = node_depth(node, options)
     browser = Inbox()
     with open_node(node, conn_options, browser, "clustermq-browse") as session:
         dialect = session.dialect
@@ -157,28 +150,13 @@ def browse_node(node: Node, index: int, options: ReadOptions) -> Iterator[pa.Rec
             chunk.append(BufferedMessage(headers=message_headers(frame.headers), body=body_bytes(frame),
                                          ack_id=None, generation=0, arrival=seen, seq=seen))
             seen += 1
-            if len(chunk) >= _CHUNK:
-                yield _to_batch(node, chunk, dialect, conn_options.group_id_header)
+            if len(chunk) >= CHUNK:
+                yield snapshot_batch(node, chunk, dialect, conn_options.group_id_header)
                 chunk = []
         if chunk:
-            yield _to_batch(node, chunk, dialect, conn_options.group_id_header)
-    depth_after = _depth(node, options)
-    # The depth counts every message; with a selector a short browse is the selection.
-    known = [d for d in (depth_before, depth_after) if d is not None and not options.selector]
-    if known and seen < min(known):
-        raise BrowseIncomplete(
-            f"broker node {node.name}: the browse of '{conn_options.queue}' returned {seen} "
-            f"messages but the queue holds {min(known)} there: ActiveMQ Classic shows a browser "
-            "at most maxBrowsePageSize messages per destination (default 400) and no more than "
-            "fit in its memory limit. Raise maxBrowsePageSize in the broker's destination policy "
-            f"(the local cluster's Classic template sets 100000), or {DRAIN_HINT}"
-        )
-    log.info("node %s: browsed %d messages of %s (depth %s before, %s after)", node.name, seen,
-             conn_options.queue, depth_before, depth_after)
-
-
-def _to_batch(
-    node: Node, messages: list[BufferedMessage], dialect: BrokerDialect, group_header: str
-) -> pa.RecordBatch:
-    batch, _ = to_record_batch(node.name, messages, dialect, group_header)
-    return batch
+            yield snapshot_batch(node, chunk, dialect, conn_options.group_id_header)
+    check_complete(node, seen, depth_before, options,
+                   "ActiveMQ Classic shows a browser at most maxBrowsePageSize messages per "
+                   "destination (default 400) and no more than fit in its memory limit. Raise "
+                   "maxBrowsePageSize in the broker's destination policy (the local cluster's "
+                   f"Classic template sets 100000), or {DRAIN_HINT}")
