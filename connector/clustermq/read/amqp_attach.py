@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from proton import Data, Link, symbol
+from proton.handlers import MessagingHandler
 from proton.reactor import Container, Copy, ReceiverOption, Selector
 
 from clustermq.broker.connection_options import ConnectionOptions
@@ -69,3 +70,29 @@ def queue_source(dialect: BrokerDialect, queue: str, selector: str | None,
     if browse:
         options.append(Copy())
     return address, options
+
+
+class FailingReceiver(MessagingHandler):
+    """A receiver's handler whose connection or link failing is one call, ``_fail(reason)``:
+    the streaming link and the browse word the broker's reasons alike."""
+
+    def _fail(self, reason: str) -> None:
+        raise NotImplementedError
+
+    def on_link_error(self, event: Any) -> None:
+        self._fail(f"link refused: {_condition(event.link.remote_condition)}")
+
+    def on_connection_error(self, event: Any) -> None:
+        self._fail(f"connection refused: {_condition(event.connection.remote_condition)}")
+
+    def on_transport_error(self, event: Any) -> None:
+        self._fail(f"connection lost: {_condition(event.transport.condition)}")
+
+    def on_disconnected(self, event: Any) -> None:
+        self._fail("connection lost")
+
+
+def _condition(condition: Any) -> str:
+    if condition is None:
+        return "no reason given"
+    return f"{condition.name}: {condition.description}" if condition.description else str(condition.name)

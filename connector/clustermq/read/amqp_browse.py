@@ -21,14 +21,13 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
-from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.nodes import Node
 from clustermq.errors import BrowseRefused, BrowseTimeout, NodeUnavailable
 from clustermq.options import ReadOptions
-from clustermq.read.amqp_attach import connect, connection_dialect, queue_source
+from clustermq.read.amqp_attach import FailingReceiver, connect, connection_dialect, queue_source
 from clustermq.read.amqp_message import message_fields
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.snapshot import CHUNK, check_complete, node_depth, snapshot_batch
@@ -43,7 +42,7 @@ CREDIT = 1000
 STEP_S = 0.1
 
 
-class _Browser(MessagingHandler):
+class _Browser(FailingReceiver):
     """One node's copy-mode receiver; collects copies for the generator to take."""
 
     def __init__(self, endpoint: Node, options: ReadOptions) -> None:
@@ -84,30 +83,12 @@ class _Browser(MessagingHandler):
         if receiver.credit < CREDIT // 2:
             receiver.flow(CREDIT - receiver.credit)
 
-    def on_link_error(self, event: Any) -> None:
-        self._fail(f"link refused: {_condition(event.link.remote_condition)}")
-
-    def on_connection_error(self, event: Any) -> None:
-        self._fail(f"connection refused: {_condition(event.connection.remote_condition)}")
-
-    def on_transport_error(self, event: Any) -> None:
-        self._fail(f"connection lost: {_condition(event.transport.condition)}")
-
-    def on_disconnected(self, event: Any) -> None:
-        self._fail("connection lost")
-
     def _fail(self, reason: str) -> None:
         self.failure = self.failure or reason
 
     def close(self) -> None:
         if self.connection is not None and self.connection.state & self.connection.LOCAL_ACTIVE:
             self.connection.close()
-
-
-def _condition(condition: Any) -> str:
-    if condition is None:
-        return "no reason given"
-    return f"{condition.name}: {condition.description}" if condition.description else str(condition.name)
 
 
 def browse_node_amqp(node: Node, index: int, options: ReadOptions) -> Iterator[pa.RecordBatch]:

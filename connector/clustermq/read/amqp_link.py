@@ -21,14 +21,13 @@ import threading
 from typing import Any
 
 from proton import Delivery, Handler
-from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.nodes import Node
 from clustermq.broker.reachability import amqp_failure
 from clustermq.errors import LinkLost, NodeUnavailable
-from clustermq.read.amqp_attach import connect, connection_dialect, queue_source
+from clustermq.read.amqp_attach import FailingReceiver, connect, connection_dialect, queue_source
 from clustermq.read.amqp_message import message_fields
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
@@ -39,7 +38,7 @@ log = logging.getLogger("clustermq.subscription")
 DETACH_WAIT_S = 5.0
 
 
-class AmqpLink(MessagingHandler):
+class AmqpLink(FailingReceiver):
     """One AMQP connection and receiver of a node's subscription, run by its own reactor."""
 
     def __init__(self, sub: LinkOwner, endpoint: Node, generation: int) -> None:
@@ -172,15 +171,6 @@ class AmqpLink(MessagingHandler):
         """The broker answered the detach (on_clustermq_close): now close the connection."""
         self._shut()
 
-    def on_link_error(self, event: Any) -> None:
-        self._fail(f"link refused: {_condition(event.link.remote_condition)}")
-
-    def on_connection_error(self, event: Any) -> None:
-        self._fail(f"connection refused: {_condition(event.connection.remote_condition)}")
-
-    def on_transport_error(self, event: Any) -> None:
-        self._fail(f"connection lost: {_condition(event.transport.condition)}")
-
     def on_connection_closing(self, event: Any) -> None:
         self._fail("connection closed by the broker")
 
@@ -189,9 +179,6 @@ class AmqpLink(MessagingHandler):
 
     def on_link_closing(self, event: Any) -> None:
         self._fail("link closed by the broker")
-
-    def on_disconnected(self, event: Any) -> None:
-        self._fail("connection lost")
 
     def _fail(self, reason: str) -> None:
         if not self.ready.is_set():
@@ -231,12 +218,6 @@ class _Deadline(Handler):
 
     def on_timer_task(self, event: Any) -> None:
         self.link.detach_timed_out()
-
-
-def _condition(condition: Any) -> str:
-    if condition is None:
-        return "no reason given"
-    return f"{condition.name}: {condition.description}" if condition.description else str(condition.name)
 
 
 def open_amqp_link(sub: LinkOwner, generation: int) -> AmqpLink:

@@ -151,20 +151,7 @@ def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
             f"{', '.join(WRITE_COLUMNS)}); drop it, or set headersFromColumns=true to send "
             "it as a message header"
         )
-    set_by_columns = {header for role, header in JMS_HEADER_COLUMNS.items() if roles[role]}
-    for f in extra:
-        if f.name.lower() in set_by_columns:
-            raise InputError(f"input column '{f.name}' cannot become a header: a JMS header column "
-                             "of the input sets it")
-        why = check_header_name(f.name, group_header)
-        if why:
-            raise InputError(f"input column '{f.name}' cannot become a header: the name {why}")
-        if not isinstance(f.dataType, HEADER_VALUE_TYPES):
-            raise InputError(
-                f"input column '{f.name}' cannot become a header: type "
-                f"{_type_name(f.dataType)} is not a string, number, boolean, date or timestamp"
-            )
-    return InputLayout(
+    layout = InputLayout(
         body=body.name,
         body_is_text=isinstance(body.dataType, StringType),
         group_id=roles["group_id"],
@@ -177,3 +164,17 @@ def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
         reply_to=roles["reply_to"],
         jms_type=roles["type"],
     )
+    set_by_columns = layout.jms_headers()
+    for f in extra:
+        if f.name.lower() in set_by_columns:
+            raise InputError(f"input column '{f.name}' cannot become a header: a JMS header column "
+                             "of the input sets it")
+        why = check_header_name(f.name, group_header)
+        if why:
+            raise InputError(f"input column '{f.name}' cannot become a header: the name {why}")
+        if not isinstance(f.dataType, HEADER_VALUE_TYPES):
+            raise InputError(
+                f"input column '{f.name}' cannot become a header: type "
+                f"{_type_name(f.dataType)} is not a string, number, boolean, date or timestamp"
+            )
+    return layout
