@@ -204,18 +204,26 @@ def test_network_moves_messages_between_nodes(cluster: LocalCluster, src: int, d
 
 def test_stranded_messages_replay_back_to_origin(cluster: LocalCluster) -> None:
     """A consumer on node2 pulls node0's messages over, then leaves without acknowledging; a
-    consumer on node0 still gets every one of them (replayWhenNoConsumers)."""
+    consumer on node0 still gets every one of them (replayWhenNoConsumers). Twice over: each
+    node's cursor audit has seen every id before the messages come back, so this also proves the
+    audit lets a replay through (it forgets an id that left over a bridge)."""
     creds = cluster.credentials
     node0, _, node2 = cluster.nodes()
     name = unique_queue("replay")
     bodies = [f"r-{i}" for i in range(50)]
     send_persistent(node0, creds, f"/queue/{name}", bodies)
-    with client(node2, *creds) as (conn, listener):
-        conn.subscribe(f"/queue/{name}", id="grab", ack="client-individual")
-        listener.messages.get(timeout=30)  # received, never acknowledged
-        poll(lambda: depths_of(cluster, name)[node2.name] == 50, 30, "all messages moved to node2")
-    poll(lambda: depths_of(cluster, name)[node2.name] == 50, 30, "unacked messages back on node2's queue")
-    received = consume_exactly(node0, creds, f"/queue/{name}", 50)
+
+    def attract_to(node: Node) -> None:
+        with client(node, *creds) as (conn, listener):
+            conn.subscribe(f"/queue/{name}", id="grab", ack="client-individual")
+            listener.messages.get(timeout=30)  # received, never acknowledged
+            poll(lambda: depths_of(cluster, name)[node.name] == 50, 30, f"all messages moved to {node.name}")
+        poll(lambda: depths_of(cluster, name)[node.name] == 50, 30, f"unacked messages back on {node.name}'s queue")
+
+    attract_to(node2)
+    attract_to(node0)  # the first return trip
+    attract_to(node2)
+    received = consume_exactly(node0, creds, f"/queue/{name}", 50)  # the second
     assert sorted(received) == sorted(bodies)
     poll(lambda: depths_of(cluster, name).total == 0, 30, "empty queue")
 
@@ -278,20 +286,47 @@ def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(
     ``allowLinkStealing=true`` enables it; the transportConnector attribute of the same name was
     measured to have no effect (the probe was refused with it).
     """
+    node = cluster.state().nodes[0]
+    last = run_java_probe(cluster, "LinkStealingProbe.java", str(node.peer_port))
+    assert last == "ACCEPTED", last
+
+
+def run_java_probe(cluster: LocalCluster, probe: str, *args: str) -> str:
+    """Run ``tests/drivers/<probe>`` with the Classic distribution's client jars and the
+    cluster's credentials after ``args``; returns its last line of output."""
     from clustermq.devtools.localcluster.process import java_executable
 
-    state = cluster.state()
-    lib = Path(state.home) / "lib"
+    lib = Path(cluster.state().home) / "lib"
     jars = [next(lib.glob(pattern)) for pattern in (
         "activemq-client-*.jar", "jakarta.jms-api-*.jar", "hawtbuf-*.jar", "slf4j-api-*.jar")]
-    node = state.nodes[0]
     user, password = cluster.credentials
     done = subprocess.run(
         [java_executable(), "-cp", os.pathsep.join(map(str, jars)),
-         str(REPO / "tests" / "drivers" / "LinkStealingProbe.java"), str(node.peer_port), user, password],
+         str(REPO / "tests" / "drivers" / probe), args[0], user, password, *args[1:]],
         capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "ACCEPTED", done.stdout + done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_a_copy_of_a_message_the_node_still_holds_is_dropped_and_the_original_kept(
+    cluster: LocalCluster,
+) -> None:
+    """A node gets a second copy of a message (one message id, from the same producer) while a
+    consumer holds the first unacknowledged; the consumer then lets it go.
+
+    That is what a node meets when a bridge's copy is replayed to its origin while the original
+    is still there. The queue's cursor audit must drop the copy: with the audit off, Classic pages
+    the copy in next to the original, dead-letters the copy and drops the original from the queue
+    (measured with this probe: the copy in ``ActiveMQ.DLQ``; in the network-fault and pair tests
+    the originals were never delivered, 181 and 9 messages). Replays to the origin still pass the
+    audit (``test_stranded_messages_replay_back_to_origin``): a message that left over a bridge is
+    taken out of it.
+    """
+    node = cluster.state().nodes[1]
+    last = run_java_probe(cluster, "DuplicateCopyProbe.java", str(node.peer_port), unique_queue("copy"))
+    assert last == "DELIVERED 1 DEAD_LETTERED 0", (
+        f"probe: {last} (want the original delivered once after its holder closed, and no copy in "
+        f"ActiveMQ.DLQ); node1's log: {cluster.dir / 'node1' / 'broker.log'}")
 
 
 def test_killed_node_keeps_persisted_message_after_restart(cluster: LocalCluster) -> None:

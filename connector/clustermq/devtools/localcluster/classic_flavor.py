@@ -52,6 +52,15 @@ MAX_PAGE_SIZE = 5000
 # subscribes node by node has its own subscription on every node before the network can ship a
 # node's backlog (and pin its groups) to another node (activemq.xml.tmpl, broker-behaviour.md).
 DISPATCH_START_MS = 1000
+# How many recent messages per producer a queue's cursor audit remembers (Classic's default
+# 10,000). The audit is what stops a copy of a message the node still holds (a bridge's copy
+# replayed back to its origin) before it is paged in next to the original, where Classic
+# dead-letters the copy and drops the original from the queue (docs/broker-behaviour.md, "A copy
+# that comes back to a node that still holds the message"). A copy comes back as late as a batch
+# is long: the reader holds its messages unacknowledged until the batch commits, and one load
+# generator producer sends far more than 10,000 messages in that time. About 1 bit per message
+# and producer (64 producers audited per queue).
+MAX_AUDIT_DEPTH = 100_000
 #: Percent of ``memoryUsage`` up to which a queue keeps newly stored persistent messages in
 #: memory as well (Classic's default 70). Classic charges a small STOMP message about a third of
 #: what it takes on the heap, so with the default a backlog of 256-byte messages filled each
@@ -189,6 +198,7 @@ class ClassicFlavor(BrokerFlavor):
                 "max_frame_size": MAX_FRAME_SIZE,
                 "bridge_inactivity_ms": BRIDGE_INACTIVITY_MS,
                 "max_page_size": MAX_PAGE_SIZE,
+                "max_audit_depth": MAX_AUDIT_DEPTH,
                 "dispatch_start_ms": DISPATCH_START_MS,
                 "cursor_high_water_mark": CURSOR_HIGH_WATER_MARK,
             },
