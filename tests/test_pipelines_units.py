@@ -465,3 +465,22 @@ def test_export_backlog_counts_a_failover_pair_as_one_node(brokers: str, nodes: 
     from clustermq.jobs.export_backlog import node_count
 
     assert node_count({"brokers": brokers, "queue": "q"}) == nodes
+
+
+def test_a_commit_lost_to_another_writer_is_told_by_its_delta_condition() -> None:
+    """Several queries writing one table retry a batch only when Delta says another writer
+    committed first; any other failure (a missing table, a bad schema, a Python error) fails
+    the batch at once."""
+    from pyspark.errors.exceptions.base import PySparkException
+
+    from clustermq.pipelines.delta_sink import concurrent_commit_condition
+
+    def failure(condition: str) -> PySparkException:
+        return PySparkException(message=f"[{condition}] ...", errorClass=condition)
+
+    hinted = "DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT"
+    assert concurrent_commit_condition(failure(hinted)) == hinted
+    assert concurrent_commit_condition(failure("DELTA_PROTOCOL_CHANGED")) == "DELTA_PROTOCOL_CHANGED"
+    assert concurrent_commit_condition(failure("DELTA_METADATA_CHANGED")) == "DELTA_METADATA_CHANGED"
+    assert concurrent_commit_condition(failure("DELTA_TABLE_NOT_FOUND")) is None
+    assert concurrent_commit_condition(ValueError("DELTA_CONCURRENT_APPEND")) is None

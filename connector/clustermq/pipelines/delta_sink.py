@@ -28,6 +28,12 @@ original ones in between), those messages are appended without ``txnVersion``; t
 acknowledged after this function returns, so skipping them would lose them. That append is
 itself idempotent: a crash right after it leads to the same replay, whose anti-join finds them.
 
+Several queries may write one table (competing consumers of one queue, each with its own driver
+and checkpoint): their ``txnAppId`` differ, so each keeps its own batch versions, and a batch
+whose commit loses to another writer's (the first batches creating the table at once, or an
+append whose read of the table another append changed) is decided again on the table as it now
+is and appended again (``COMMIT_ATTEMPTS``).
+
 Optionally each body is parsed into typed columns (``BodyParse``, ``--parse json --schema
 <DDL>``, :mod:`clustermq.pipelines.body_parse`); a body that does not parse is written too,
 never dropped, and every batch report counts them.
@@ -41,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
@@ -67,6 +73,56 @@ DEDUPE_SCOPES = ("redelivered", "all")
 #: 1.6-1.9 s with it on, one file instead of 200: docs/design.md, "Pipelines: exactly once
 #: into Delta").
 ADAPTIVE_CACHED_PARTITIONS = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
+
+
+#: How often a batch is attempted when other writers of the same table commit first (several
+#: queries on one queue into one table: "Scaling past one driver" in the README). Each attempt
+#: decides again what the table lacks; the ``txnAppId``/``txnVersion`` append keeps a repeated
+#: attempt from writing twice.
+COMMIT_ATTEMPTS = 10
+#: How deep into a JVM exception's causes a commit conflict's condition is looked for.
+JAVA_CAUSES_LOOKED_AT = 8
+#: Delta's error conditions for a commit that lost to a concurrent one (Delta's
+#: ``DeltaConcurrentModificationException`` family, error/delta-error-classes.json): two first
+#: batches creating the table at once, or an append whose read of the table another append
+#: changed.
+CONCURRENT_COMMIT_CONDITIONS = frozenset({
+    "DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_DELETE", "DELTA_CONCURRENT_DELETE_READ",
+    "DELTA_CONCURRENT_TRANSACTION", "DELTA_CONCURRENT_WRITE", "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
+})
+
+
+def concurrent_commit_condition(exc: BaseException) -> str | None:
+    """Delta's error condition when ``exc`` says another writer committed first, else None.
+
+    Read from error conditions, not classes, so the connector needs no Delta Python package:
+    the condition PySpark carries over (also through Spark Connect), or, for a JVM error that
+    reaches ``foreachBatch`` unconverted (a ``Py4JJavaError``, measured for Delta's commit
+    conflicts), the ``SparkThrowable`` condition of the JVM exception and its causes.
+    """
+    for condition in _error_conditions(exc):
+        if condition.split(".")[0] in CONCURRENT_COMMIT_CONDITIONS:
+            return condition
+    return None
+
+
+def _error_conditions(exc: BaseException) -> Iterator[str]:
+    get = getattr(exc, "getCondition", None)
+    condition = get() if callable(get) else None
+    if isinstance(condition, str):
+        yield condition
+    java = getattr(exc, "java_exception", None)
+    for _ in range(JAVA_CAUSES_LOOKED_AT):
+        if java is None:
+            return
+        try:
+            condition = java.getCondition()  # only a SparkThrowable has one
+        except Exception:
+            condition = None
+        if isinstance(condition, str):
+            yield condition
+        java = java.getCause()
 
 
 @dataclass
@@ -105,12 +161,15 @@ class DeltaSinkTotals:
 
 
 def delta_table_exists(spark: SparkSession, path: str) -> bool:
-    """True when ``path`` holds a Delta table (its ``_delta_log`` exists), on any Hadoop FS."""
+    """True when ``path`` holds a Delta table with a commit, on any Hadoop FS (Delta's own check).
+
+    A ``_delta_log`` folder alone is not enough: another query creating the table makes the
+    folder before its first commit, and a batch that took that for a table failed its read with
+    DELTA_TABLE_NOT_FOUND (measured with two queries on one table).
+    """
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    log_dir = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
-    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return bool(fs.exists(log_dir))
+    return bool(jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, path))
 
 
 class IdempotentDeltaWriter:
@@ -181,35 +240,28 @@ class IdempotentDeltaWriter:
             # partitions, hence the files each append writes.
             spark.conf.set(ADAPTIVE_CACHED_PARTITIONS, "true")
         self._first = False
-        if not self._exists:
-            self._exists = delta_table_exists(spark, self.path)
         if self.parse is not None:
             self.columns = TABLE_COLUMNS + self.parse.columns()
-        columns = self.columns
         # Persisted so that the write sees the rows the counts saw without reading the source
         # again, and the same ingest_time (current_timestamp is evaluated per query).
         unique = self._unique(batch, batch_id).persist(StorageLevel.MEMORY_AND_DISK)
-        fresh = unique
-        appended = 0
         try:
             # One job reads the batch, fills the cache and counts everything a batch reports.
             rows_in, unique_count, redelivered, corrupt = self._counts(unique, with_copies=True)
-            written = unique_count
-            if self._exists and (strict or redelivered):
-                fresh = self._fresh(spark, unique, strict).persist(StorageLevel.MEMORY_AND_DISK)
-                _, written, _, corrupt = self._counts(fresh, with_copies=False)
-            existed = self._exists
-            (fresh.select(*columns).write.format("delta").mode("append")
-             .option("txnAppId", app_id).option("txnVersion", batch_id)
-             .save(self.path))
-            self._exists = True
-            # Delta skips the append only for a table whose log already holds this app id at
-            # this version: a table created by this very append cannot have skipped it.
-            if strict and written and existed:
-                appended = self._append_if_skipped(spark, fresh)
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                try:
+                    written, corrupt, appended = self._append(
+                        spark, unique, unique_count, corrupt, strict=strict,
+                        redelivered=redelivered, app_id=app_id, batch_id=batch_id)
+                    break
+                except Exception as exc:
+                    condition = concurrent_commit_condition(exc)
+                    if condition is None or attempt == COMMIT_ATTEMPTS:
+                        raise
+                    log.warning("clustermq delta sink: batch %d: another writer committed to the "
+                                "table first (%s); attempt %d of %d", batch_id, condition,
+                                attempt + 1, COMMIT_ATTEMPTS)
         finally:
-            if fresh is not unique:
-                fresh.unpersist()
             unique.unpersist()
         report = BatchReport(
             batch_id=batch_id,
@@ -235,6 +287,37 @@ class IdempotentDeltaWriter:
             self.on_report(report)
         if self.after_commit:
             self.after_commit(batch_id)
+
+    def _append(
+        self, spark: SparkSession, unique: DataFrame, unique_count: int, corrupt: int | None, *,
+        strict: bool, redelivered: int, app_id: str, batch_id: int,
+    ) -> tuple[int, int | None, int]:
+        """Append the batch's keys the table lacks: (written, unparsable among them, rows
+        appended after Delta skipped an already-committed replay).
+
+        Everything that depends on the table is decided here, so that an attempt after a
+        concurrent writer's commit decides it again on the table as that writer left it.
+        """
+        if not self._exists:
+            self._exists = delta_table_exists(spark, self.path)
+        fresh, written, appended = unique, unique_count, 0
+        try:
+            if self._exists and (strict or redelivered):
+                fresh = self._fresh(spark, unique, strict).persist(StorageLevel.MEMORY_AND_DISK)
+                _, written, _, corrupt = self._counts(fresh, with_copies=False)
+            existed = self._exists
+            (fresh.select(*self.columns).write.format("delta").mode("append")
+             .option("txnAppId", app_id).option("txnVersion", batch_id)
+             .save(self.path))
+            self._exists = True
+            # Delta skips the append only for a table whose log already holds this app id at
+            # this version: a table created by this very append cannot have skipped it.
+            if strict and written and existed:
+                appended = self._append_if_skipped(spark, fresh)
+        finally:
+            if fresh is not unique:
+                fresh.unpersist()
+        return written, corrupt, appended
 
     def _unique(self, batch: DataFrame, batch_id: int) -> DataFrame:
         """The batch with one row per key (the first copy, as ``dropDuplicates`` keeps), how many
