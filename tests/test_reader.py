@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -357,18 +358,25 @@ def test_a_node_delivers_a_full_batch_between_two_acknowledgements(
     (Classic's slow mode with the default ``maxPageSize`` of 200, docs/broker-behaviour.md,
     "The queue's page size").
 
-    Each node may hold ``prefetchPerNode`` = 1,000 unacknowledged messages (on Artemis the byte
-    window sized from it; 1,000-byte bodies make that about as many messages), the backlog is
-    twice that per node, batches have no limit and each sleeps 1 s. The reader acknowledges
-    batch b-1 when it plans batch b, so a row of batch b was delivered before the node had
-    seen more than b ACKs, and before the first ACK a node delivers at most its window. A node
-    that delivers only two 200-message pages per ACK therefore gives batches 0..b at most
-    1,000 + 400 b rows. A node with 2,000 to deliver (one at least: 6,000 over 3 nodes)
-    finishes sooner than that allows. (Per node, not per batch: a Classic network moves a
-    node's backlog to the others' stores, so the nodes' shares differ from run to run.)
+    Each node may hold ``prefetchPerNode`` = W = 2,000 unacknowledged messages (on Artemis the
+    byte window sized from it; 1,000-byte bodies make that about as many messages), the backlog
+    is twice that per node, batches have no limit and each sleeps 1 s. The reader acknowledges
+    batch b-1 when it plans batch b, so a row of batch b was delivered before the node had seen
+    more than b ACKs, and before the first ACK a node delivers at most its window. A node that
+    delivers only two 200-message pages per ACK therefore gives batches 0..b at most
+    W + 400 b rows, for every b.
+
+    A node that refills its window gives batches 0..b about W + (batches 0..b-2): the room the
+    ACK sent when batch b-1 was planned frees arrives while batch b-1 runs, so in batch b.
+    Batch 0 may be planned before the first window has arrived (it is then small, and batch 1
+    brings the rest), so batches 0..3 hold 2 W = 4,000 > W + 1,200 whatever batch 0 took: a
+    node with 2 W to deliver (one at least: 12,000 over 3 nodes) exceeds the slow bound by
+    batch 3. With W = 1,000 only batch 2 could show it, and only when batch 0 took > 800.
+    (Per node, not per batch: a Classic network moves a node's backlog to the others' stores,
+    so the nodes' shares differ from run to run.)
     """
     queue = new_queue("pages")
-    prefetch, nodes = 1000, len(broker.cluster.nodes())
+    prefetch, nodes = 2000, len(broker.cluster.nodes())
     total = 2 * prefetch * nodes
     broker.produce(queue, total, size=1000)
 
@@ -379,19 +387,19 @@ def test_a_node_delivers_a_full_batch_between_two_acknowledgements(
                     on_batch=slow)
     assert sorted(loadgen_ids(rows)) == list(range(total))
     assert_each_delivery_emitted_once(rows)
-    shares: dict[int, dict[str, int]] = {}
+    shares: dict[str, dict[int, int]] = {}  # node: batch id: rows
     for r in rows.groupBy("batch_id", "node").count().collect():
-        shares.setdefault(r["batch_id"], {})[r["node"]] = r["count"]
-    shares = dict(sorted(shares.items()))
-    print(f"[{broker.flavor}] per batch and node: {shares}")
+        shares.setdefault(r["node"], {})[r["batch_id"]] = r["count"]
+    batches = max(b for per_batch in shares.values() for b in per_batch) + 1
     pages = 2 * 200
-    totals: dict[str, tuple[int, int]] = {}  # node: (rows, its last batch)
-    for b, per_node in shares.items():
-        for node, n in per_node.items():
-            totals[node] = (totals.get(node, (0, 0))[0] + n, b)
-    faster = {node: n for node, (n, last) in totals.items() if n > prefetch + pages * last}
-    assert faster, (f"{shares}: no node delivered more than its window and {pages} messages per "
-                    "ACK it had seen")
+    bound = [prefetch + pages * b for b in range(batches)]
+    cumulative = {node: list(itertools.accumulate(per_batch.get(b, 0) for b in range(batches)))
+                  for node, per_batch in sorted(shares.items())}
+    print(f"[{broker.flavor}] rows of batches 0..b per node: {cumulative}; slow bound {bound}")
+    faster = {node: b for node, rows_to in cumulative.items()
+              for b in range(batches) if rows_to[b] > bound[b]}
+    assert faster, (f"rows of batches 0..b per node {cumulative} never exceeded the slow mode's "
+                    f"bound W + {pages} b = {bound}: no node refilled its window after an ACK")
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
