@@ -99,4 +99,30 @@ def plots(results: dict[str, Any], directory: Path) -> list[Path]:
         fig.savefig(path, dpi=90)
         plt.close(fig)
         made.append(path)
+    scale = results.get("scaleout") or []
+    if scale:
+        made.append(_scaleout_plot(plt, scale, directory / "bench-scaleout.png"))
     return made
+
+
+def _scaleout_plot(plt: Any, rows: list[dict[str, Any]], path: Path) -> Path:
+    """Aggregate messages/s of one and two queries per flavor: median bar, range as error bar."""
+    flavors = list(dict.fromkeys(r["flavor"] for r in rows))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.35
+    for i, queries in enumerate(sorted({r["queries"] for r in rows})):
+        picked = [next((r for r in rows if r["flavor"] == f and r["queries"] == queries), None) for f in flavors]
+        xs = [j + (i - 0.5) * width for j in range(len(flavors))]
+        medians = [r["messages_per_s"] if r else 0 for r in picked]
+        errors = [[m - (r["messages_per_s_min"] if r else 0) for m, r in zip(medians, picked)],
+                  [(r["messages_per_s_max"] if r else 0) - m for m, r in zip(medians, picked)]]
+        ax.bar(xs, medians, width, yerr=errors, capsize=3,
+               label=f"{queries} quer{'y' if queries == 1 else 'ies'}")
+    ax.set_xticks(range(len(flavors)), flavors)
+    ax.set_ylabel("messages/s into one Delta table")
+    ax.set_title("queue_to_delta queries on one queue: aggregate rate", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -214,3 +214,26 @@ class CpuMeter(_Sampler):
         if messages > 0:
             out["cpu_us_per_msg"] = {k: round(v * 1e6 / messages, 1) for k, v in self.seconds.items()}
         return out
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot, over all cores (/proc/stat)."""
+    with open("/proc/stat") as handle:
+        fields = [int(v) for v in handle.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class MachineLoad:
+    """The share of the machine's cores that were busy during the ``with`` (every process: the
+    brokers, Spark, the bench). Near 1.0 the machine, not the measured code, set the pace."""
+
+    def __enter__(self) -> MachineLoad:
+        self._start = _machine_ticks()
+        self.busy_share: float | None = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        busy, total = _machine_ticks()
+        spent = total - self._start[1]
+        self.busy_share = round((busy - self._start[0]) / spent, 3) if spent > 0 else None

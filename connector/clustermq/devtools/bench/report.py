@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from clustermq.devtools.bench.transport import markdown_section
+from clustermq.devtools.bench import scaleout, transport
 
 
 def ratio(value: float, baseline: float) -> float | None:
@@ -155,7 +155,8 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
             f"| Spark JVM | {_fmt(mem.get('peak_rss_jvm_mib'), 1)} | "
             f"{_fmt(mem.get('jvm_rss_mib_first_fifth'), 1)} | {_fmt(mem.get('jvm_rss_mib_last_fifth'), 1)} |",
         ]
-    lines += markdown_section(results.get("transport"))
+    lines += transport.markdown_section(results.get("transport"))
+    lines += scaleout.markdown_section(results.get("scaleout"))
     if results.get("notes"):
         lines += ["", "## Notes", ""] + [f"* {n}" for n in results["notes"]]
     if images:

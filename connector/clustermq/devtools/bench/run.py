@@ -3,7 +3,7 @@
 Per flavor it starts its own 3-node local cluster (stopped at the end, also on failure) and runs
 each comparison of ``pairs.PAIRS`` as alternating runs (baseline, candidate, baseline, ...), so a
 slow phase of a shared machine hits both sides; a ratio is the median of the per-run ratios, with
-its min and max. The non-ratio steps (scaling, batch-size sweep, memory) run once, on the first
+its min and max (so are the transport and scale-out steps). The non-ratio steps (scaling, batch-size sweep, memory) run once, on the first
 flavor. Writes ``results.json``, the Markdown tables, the plots and the README's headline.
 ``--scale`` shrinks every message count (the suite's smoke run uses a tiny scale).
 """
@@ -31,6 +31,7 @@ from clustermq.devtools.bench.comparisons import (
     warm_up_reader,
     warm_up_writer,
 )
+from clustermq.devtools.bench.scaleout import scaleout
 from clustermq.devtools.bench.scenarios import Bench, Figure
 from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
@@ -42,7 +43,7 @@ from clustermq.pipelines.spark_session import LOCAL_TUNING, job_session
 BASE_MESSAGES = 200_000
 MEMORY_MESSAGES = 1_000_000
 EXTRA_STEPS = ("scaling", "sweep", "memory")
-STEPS = tuple(p.key for p in PAIRS) + EXTRA_STEPS + ("transport",)
+STEPS = tuple(p.key for p in PAIRS) + EXTRA_STEPS + ("transport", "scaleout")
 #: the transport comparison reads this share of the base backlog per read (8 reads per flavor)
 TRANSPORT_SHARE = 0.1
 
@@ -188,6 +189,8 @@ def run(
         pairs = [p for p in PAIRS if p.key in wanted and (use_delta or not p.needs_delta)]
         if any(p.needs_delta and p.key in wanted for p in PAIRS) and not use_delta:
             results["notes"].append("queue_to_delta run skipped (no Delta jars or --no-delta)")
+        if "scaleout" in wanted and not use_delta:
+            results["notes"].append("scale-out step skipped (no Delta jars or --no-delta)")
         results["environment"] = {
             "date": _dt.date.today().isoformat(), "machine": _machine(), "flavors": flavors,
             "scale": args.scale, "messages": n, "repeats": args.repeats,
@@ -212,6 +215,10 @@ def run(
                     results.setdefault("transport", {})[flavor] = compare_transports(
                         b, cl.amqp_brokers, _count(int(BASE_MESSAGES * TRANSPORT_SHARE), args.scale),
                         READ_MAX_PER_TRIGGER, rounds=args.repeats)
+                if "scaleout" in wanted and use_delta:
+                    _say(f"[{flavor}] scaleout (elapsed {time.monotonic() - started:.0f} s)")
+                    results.setdefault("scaleout", []).extend(scaleout(
+                        b, _count(BASE_MESSAGES, args.scale), args.repeats, flavor))
                 if index == 0:
                     results["extras_flavor"] = flavor
                     for step, count in (("scaling", BASE_MESSAGES // 2), ("sweep", BASE_MESSAGES // 2),

@@ -85,12 +85,15 @@ class Bench:
     def new_queue(self, what: str) -> str:
         return f"bench.{what}.{uuid.uuid4().hex[:8]}"
 
-    def preload(self, queue: str, count: int, nodes: list[Node] | None = None) -> float:
-        """Persistent backlog of ``count`` messages, groups hashed over the nodes; seconds."""
+    def preload(self, queue: str, count: int, nodes: list[Node] | None = None,
+                groups: int | None = None) -> float:
+        """Persistent backlog of ``count`` messages, groups (``self.groups`` unless given; 0:
+        none) hashed over the nodes; seconds."""
         self.say(f"  preloading {count:,} messages into {queue}")
         started = time.monotonic()
         produce(self.connection(queue, nodes),
-                LoadSpec(count=count, groups=self.groups, size=self.body_size, persistent=True))
+                LoadSpec(count=count, groups=self.groups if groups is None else groups,
+                         size=self.body_size, persistent=True))
         return time.monotonic() - started
 
 
@@ -168,7 +171,7 @@ def after_first_batch(query: StreamingQuery) -> dict[str, Any]:
     busy = [p for p in query.recentProgress if p.numInputRows]
     if len(busy) < 2:
         return {}
-    span = _end_seconds(busy[-1]) - _end_seconds(busy[0])
+    span = end_seconds(busy[-1]) - end_seconds(busy[0])
     rows = sum(p.numInputRows for p in busy[1:])
     return {"after_first_batch_msgs_per_s": round(rows / span, 1)} if span > 0 else {}
 
@@ -204,7 +207,7 @@ def read_connector(
         # time to the end of the last batch that read something, not the idle wait after it
         busy = [p for p in query.recentProgress if p.numInputRows]
         if busy:
-            last_end = _end_seconds(busy[-1]) - _end_seconds(query.recentProgress[0]) \
+            last_end = end_seconds(busy[-1]) - end_seconds(query.recentProgress[0]) \
                 + query.recentProgress[0].durationMs.get("triggerExecution", 0) / 1000.0
             seconds = min(seconds, max(last_end, 0.001))
         stall["stalled_with_left"] = count - read
@@ -228,7 +231,7 @@ def first_batch(query: StreamingQuery, started_epoch: float) -> dict[str, Any]:
     """Seconds from the query's start to the end of its first batch that read something: what a
     user waits for on a cold backlog (the broker's dispatch, not Spark's start, dominates it)."""
     busy = [p for p in query.recentProgress if p.numInputRows]
-    return {"first_batch_s": round(_end_seconds(busy[0]) - started_epoch, 1)} if busy else {}
+    return {"first_batch_s": round(end_seconds(busy[0]) - started_epoch, 1)} if busy else {}
 
 
 def depth_rise(samples: list[tuple[float, dict[str, int | None]]]) -> dict[str, Any]:
@@ -264,7 +267,7 @@ def _memory_growth(samples: list[tuple[float, int, int]]) -> dict[str, Any]:
     }
 
 
-def _end_seconds(progress: StreamingQueryProgress) -> float:
+def end_seconds(progress: StreamingQueryProgress) -> float:
     """Epoch seconds at which a progress entry's trigger ended."""
     started = datetime.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
     return started + progress.durationMs.get("triggerExecution", 0) / 1000.0
