@@ -33,6 +33,7 @@ from clustermq.devtools.bench.comparisons import (
 )
 from clustermq.devtools.bench.scaleout import scaleout
 from clustermq.devtools.bench.scenarios import Bench, Figure
+from clustermq.devtools.bench.spread import median_item, median_range, named_range
 from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
 from clustermq.devtools.localcluster.flavor_registry import FLAVORS
@@ -87,12 +88,6 @@ def _count(base: int, scale: float, minimum: int = 300) -> int:
     return max(minimum, int(base * scale))
 
 
-def _median_run(figs: list[Figure], key: list[float]) -> Figure:
-    """The run whose key is the median (the lower middle for an even count)."""
-    order = sorted(range(len(figs)), key=lambda i: key[i])
-    return figs[order[(len(order) - 1) // 2]]
-
-
 def _cpu_medians(figs: list[Figure]) -> dict[str, float]:
     kinds = {k for f in figs for k in f.extra.get("cpu_us_per_msg", {})}
     return {k: round(statistics.median(f.extra.get("cpu_us_per_msg", {}).get(k, 0.0) for f in figs), 1)
@@ -102,7 +97,8 @@ def _cpu_medians(figs: list[Figure]) -> dict[str, float]:
 def _row(figs: list[Figure], ratios: list[float | None], flavor: str, pair: Pair) -> dict[str, Any]:
     """One table row from repeated runs: the median run's figures, the ratio's median and range."""
     known = [r for r in ratios if r is not None]
-    fig = _median_run(figs, [r or 0.0 for r in ratios] if known else [f.rate for f in figs])
+    keys = [r or 0.0 for r in ratios] if known else [f.rate for f in figs]
+    fig = figs[median_item(range(len(figs)), key=lambda i: keys[i])]
     row = fig.as_json()
     row.update(flavor=flavor, kind=pair.kind, repeats=len(figs),
                messages_per_s=round(statistics.median(f.rate for f in figs), 1),
@@ -113,8 +109,8 @@ def _row(figs: list[Figure], ratios: list[float | None], flavor: str, pair: Pair
                                                  "after_first_batch_msgs_per_s") if k in f.extra}}
                      for f, r in zip(figs, ratios)])
     if known:
-        row.update(ratio_to_raw=round(statistics.median(known), 3),
-                   ratio_min=round(min(known), 3), ratio_max=round(max(known), 3))
+        median, low, high = median_range(known)
+        row.update(ratio_to_raw=median, ratio_min=low, ratio_max=high)
     return row
 
 
@@ -139,10 +135,7 @@ def run_pairs(b: Bench, pairs: list[Pair], n: int, repeats: int, flavor: str) ->
         rows.append(_row(cand_figs, ratios, flavor, pair))
         steady = [r for s, c in zip(base_figs, cand_figs) if "after_first_batch_msgs_per_s" in c.extra
                   and (r := report.ratio(c.extra["after_first_batch_msgs_per_s"], s.rate)) is not None]
-        if steady:
-            rows[-1].update(after_first_batch_ratio=round(statistics.median(steady), 3),
-                            after_first_batch_ratio_min=round(min(steady), 3),
-                            after_first_batch_ratio_max=round(max(steady), 3))
+        rows[-1].update(named_range("after_first_batch_ratio", steady))
     return rows
 
 

@@ -22,7 +22,6 @@ run, without their start, as for the other read rows.
 
 from __future__ import annotations
 
-import statistics
 import time
 import uuid
 from typing import Any
@@ -32,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from clustermq.devtools.bench.probes import MachineLoad
 from clustermq.devtools.bench.scenarios import Bench, end_seconds
+from clustermq.devtools.bench.spread import median_item, named_range
 from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
 QUERIES = (1, 2)
@@ -114,22 +114,14 @@ def scaleout(b: Bench, count: int, rounds: int, flavor: str,
             steady_ratios.append(two["after_first_batch_msgs_per_s"] / one["after_first_batch_msgs_per_s"])
     rows = []
     for k in QUERIES:
-        ordered = sorted(runs[k], key=lambda r: r["messages_per_s"])
-        median = ordered[(len(ordered) - 1) // 2]
-        row = {**median, "flavor": flavor, "rounds": rounds,
-               "messages_per_s_min": ordered[0]["messages_per_s"],
-               "messages_per_s_max": ordered[-1]["messages_per_s"]}
+        rates = [r["messages_per_s"] for r in runs[k]]
+        row = {**median_item(runs[k], key=lambda r: r["messages_per_s"]), "flavor": flavor,
+               "rounds": rounds, "messages_per_s_min": min(rates), "messages_per_s_max": max(rates)}
         if k == 2:
-            row.update(_spread("ratio_to_one_query", ratios), **_spread("after_first_batch_ratio", steady_ratios))
+            row.update(named_range("ratio_to_one_query", ratios),
+                       **named_range("after_first_batch_ratio", steady_ratios))
         rows.append(row)
     return rows
-
-
-def _spread(key: str, values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {key: round(statistics.median(values), 3), f"{key}_min": round(min(values), 3),
-            f"{key}_max": round(max(values), 3)}
 
 
 def markdown_section(rows: list[dict[str, Any]] | None) -> list[str]:

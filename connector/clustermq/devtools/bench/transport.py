@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from clustermq.devtools.bench.scenarios import Bench, read_connector
+from clustermq.devtools.bench.spread import median_range
 
 
 def compare_transports(b: Bench, amqp_brokers: str, count: int, max_per_trigger: int,
@@ -39,11 +40,11 @@ def compare_transports(b: Bench, amqp_brokers: str, count: int, max_per_trigger:
                      "amqp_msg_s": round(rates["amqp"], 1),
                      "amqp_to_stomp": round(rates["amqp"] / rates["stomp"], 3) if rates["stomp"] else None})
     ratios = [float(r["amqp_to_stomp"]) for r in rows if r["amqp_to_stomp"] is not None]
+    median, low, high = median_range(ratios) if ratios else (None, None, None)
     return {"messages": count, "maxMessagesPerTrigger": max_per_trigger, "rounds": rows,
             "stomp_msg_s_median": statistics.median(float(r["stomp_msg_s"] or 0) for r in rows),
             "amqp_msg_s_median": statistics.median(float(r["amqp_msg_s"] or 0) for r in rows),
-            "ratio_median": statistics.median(ratios) if ratios else None,
-            "ratio_range": [min(ratios), max(ratios)] if ratios else None}
+            "ratio_median": median, "ratio_range": [low, high] if ratios else None}
 
 
 def _options(transport: str, amqp_brokers: str) -> dict[str, str]:
