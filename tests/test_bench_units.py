@@ -1,15 +1,21 @@
-"""The bench's pure parts: what the scale-out step reports and plots from its rows, and the
-machine-load probe its rows carry (the step itself runs in ``make bench``; the guarantee it
-relies on, two queries into one table exactly once, is ``test_scaleout.py``)."""
+"""The bench's pure parts: what the scale-out and latency steps report and plot from their rows,
+the latency percentiles, the median and range every step quotes, and the machine-load probe
+(the steps themselves run in ``make bench``; the guarantee the scale-out step relies on, two
+queries into one table exactly once, is ``test_scaleout.py``; the paced producer the latency
+step uses is tested against a cluster in ``test_localcluster.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from clustermq.devtools.bench import plots
+import pytest
+
+from clustermq.devtools.bench import latency, plots
+from clustermq.devtools.bench.latency import BUCKET_MS, Latencies, summary
 from clustermq.devtools.bench.probes import MachineLoad
-from clustermq.devtools.bench.report import markdown
+from clustermq.devtools.bench.report import headline, markdown
 from clustermq.devtools.bench.scaleout import markdown_section
+from clustermq.devtools.bench.spread import median_item, median_range, named_range
 
 ROWS = [
     {"flavor": "classic", "queries": 1, "messages": 60000, "messages_per_s": 2814.0,
@@ -45,3 +51,68 @@ def test_machine_load_is_a_share_of_all_cores() -> None:
     with MachineLoad() as load:
         sum(i * i for i in range(2_000_000))  # some CPU, so the share is measured over real ticks
     assert load.busy_share is not None and 0.0 < load.busy_share <= 1.0
+
+
+def test_the_median_run_is_one_that_happened_and_the_range_spans_the_runs() -> None:
+    runs = [{"rate": 3.0}, {"rate": 1.0}, {"rate": 4.0}, {"rate": 2.0}]
+    assert median_item(runs, key=lambda r: r["rate"]) == {"rate": 2.0}  # the lower middle of four
+    assert median_range([1.0, 1.2345, 0.5]) == (1.0, 0.5, 1.234)
+    assert named_range("ratio", [2.0, 1.0, 3.0]) == {"ratio": 2.0, "ratio_min": 1.0, "ratio_max": 3.0}
+    assert named_range("ratio", []) == {}
+
+
+def test_latency_percentiles_weigh_each_bucket_by_its_messages_and_split_the_windows() -> None:
+    lat = Latencies()
+    # 98 messages sent in bucket 100 (1,005 ms), committed at 1,505 ms: 500 ms each
+    lat.add([(100, 98)], committed_ms=1505.0)
+    # 2 late ones sent at 3,005 ms and committed at 6,005 ms: 3,000 ms
+    lat.add([(300, 2)], committed_ms=6005.0)
+    assert lat.messages == 100
+    assert lat.percentile(0.5) == 500.0 and lat.percentile(0.98) == 500.0
+    assert lat.percentile(0.99) == 3000.0
+    row = summary(lat, sent_from_ms=1000.0, sent_to_ms=3010.0)
+    assert (row["p99_first_ms"], row["p99_last_ms"]) == (500.0, 3000.0)
+    assert row["window_s"] == 0.7
+    assert Latencies().percentile(0.99) is None
+    assert BUCKET_MS == 10  # the resolution the docs quote
+    assert lat.since(2000.0).messages == 2 and lat.since(1000.0).messages == 100
+
+
+LATENCY_ROWS = [
+    {"flavor": "classic", "query": q, "offered_msgs_per_s": rate, "rate_share": share, "sent_msgs_per_s": rate,
+     "p50_ms": 700.0, "p95_ms": 1200.0, "p99_ms": p99, "p99_first_ms": p99, "p99_last_ms": p99,
+     "window_s": 20.0, "batch_ms_p50": 900, "batch_ms_max": 1400, "goal_p99_ms": latency.GOALS_MS[q], "low_rate": share == 0.25, "messages": 1}
+    for share, rate in ((0.25, 6000.0), (0.5, 12000.0))
+    for q, p99 in (("reader", 1500.0), ("queue_to_delta", 3100.0))
+]
+
+
+def test_the_latency_rows_become_a_table_a_plot_and_a_headline_part(tmp_path: Path) -> None:
+    lines = latency.markdown_section(LATENCY_ROWS)
+    reader = next(line for line in lines if line.startswith("| classic | reader | 6,000 (25%)"))
+    assert "| 700 | 1,200 | 1,500 | 1,500 / 1,500 (20.0) | 2,500 | 900 / 1,400 |" in reader
+    assert latency.markdown_section(None) == []
+    results = {"environment": {"date": "2026-01-01", "machine": "m", "scale": 1.0, "messages": 1,
+                               "flavors": ["classic"]},
+               "comparisons": [], "scaling": [], "batch_size": [], "notes": [], "latency": LATENCY_ROWS}
+    made = plots.plots(results, tmp_path)
+    assert [p.name for p in made] == ["bench-latency.png"] and made[0].stat().st_size > 1000
+    assert "## Latency" in markdown(results, [p.name for p in made])
+    assert "latency p99 at a quarter of the raw rate reader 1.5 s, queue_to_delta 3.1 s" in headline(results)
+
+
+@pytest.mark.parametrize("rate", [0.0, -5.0])
+def test_a_paced_producer_needs_a_positive_rate(rate: float) -> None:
+    from clustermq.devtools.loadgen import LoadSpec
+
+    with pytest.raises(ValueError, match="rate must be a positive number"):
+        LoadSpec(count=1, rate=rate)
+
+
+@pytest.mark.parametrize("rate", ["0", "-1", "fast"])
+def test_the_produce_command_refuses_a_rate_that_is_not_positive(rate: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from clustermq.devtools.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["produce", "--queue", "q", "--rate", rate])
+    assert f"--rate must be a positive number of messages per second, got '{rate}'" in capsys.readouterr().err

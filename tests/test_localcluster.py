@@ -449,3 +449,27 @@ def test_fetch_is_safe_with_concurrent_callers(tmp_path: Path) -> None:
     assert (home / "bin" / "activemq.jar").is_file() and (home / ".clustermq-complete").is_file()
     assert list(home.parent.glob("apache-activemq-*")) == [home]  # no leftovers
     assert not [p for p in home.parent.iterdir() if p.name.startswith(".apache") and p.is_dir()]
+
+
+def test_a_paced_producer_stamps_every_message_and_keeps_to_its_rate(cluster: LocalCluster) -> None:
+    """The bench's latency step measures from ``loadgen_sent_ms`` and offers a rate: every
+    message must carry its stamp, and a node's thread must not send its k-th message before
+    k / (its share of the rate) seconds, so the stamps of 300 messages at 150 msg/s (100 per
+    node at 50/s) span at least 99 / 50 s. Without pacing they span milliseconds."""
+    from clustermq.devtools.bench.raw import raw_drain
+    from clustermq.devtools.loadgen import PACE_SLACK_S, LoadSpec, produce
+    from clustermq.options import parse_connection_options
+
+    creds = cluster.credentials
+    options = parse_connection_options({"brokers": cluster.brokers, "queue": unique_queue("paced"),
+                                        "username": creds.username, "password": creds.password})
+    count, rate = 300, 150.0
+    assert produce(options, LoadSpec(count=count, rate=rate)) == {n.name: 100 for n in cluster.nodes()}
+    taken = raw_drain(options, count, idle_timeout_s=10.0, key_header="loadgen_sent_ms").taken
+    assert len(taken) == count, f"{len(taken)} of {count} paced messages read back"
+    stamps = sorted(int(t.key) for t in taken if t.key is not None)
+    assert len(stamps) == count, f"{count - len(stamps)} messages without loadgen_sent_ms"
+    least_ms = (count / 3 - 1) / (rate / 3) * 1000 - PACE_SLACK_S * 1000 - 1  # 1: ms truncation
+    assert stamps[-1] - stamps[0] >= least_ms, (
+        f"300 messages at {rate} msg/s were stamped within {stamps[-1] - stamps[0]} ms, "
+        f"less than the {least_ms:.0f} ms the pacing allows")

@@ -31,12 +31,22 @@ def _connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
     return parse_connection_options(raw)
 
 
+def _positive_rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = 0.0
+    if not rate > 0:
+        raise argparse.ArgumentTypeError(f"--rate must be a positive number of messages per second, got {text!r}")
+    return rate
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     if not args.brokers:
         args.brokers = brokers_for(args)
     options = _connection_from_args(args)
     spec = LoadSpec(count=args.count, groups=args.groups, size=args.size,
-                    persistent=not args.non_persistent)
+                    persistent=not args.non_persistent, rate=args.rate)
     per_node = produce(options, spec, progress=print_progress)
     for node, count in per_node.items():
         print(f"{node}\t{count}")
@@ -56,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce_cmd.add_argument("--groups", type=int, default=0, help="number of group ids (0: none)")
     produce_cmd.add_argument("--size", type=int, default=256, help="body size in bytes")
     produce_cmd.add_argument("--non-persistent", action="store_true")
+    produce_cmd.add_argument("--rate", type=_positive_rate, default=None,
+                             help="messages per second over all nodes, each stamped with "
+                                  "loadgen_sent_ms (default: as fast as the brokers take them)")
     produce_cmd.add_argument("--flavor", choices=["auto", "classic", "artemis"], default="auto")
     produce_cmd.add_argument("--username")
     produce_cmd.add_argument("--password")

@@ -102,7 +102,39 @@ def plots(results: dict[str, Any], directory: Path) -> list[Path]:
     scale = results.get("scaleout") or []
     if scale:
         made.append(_scaleout_plot(plt, scale, directory / "bench-scaleout.png"))
+    if results.get("latency"):
+        made.append(_latency_plot(plt, results["latency"], directory / "bench-latency.png"))
     return made
+
+
+#: the latency plot's bars, left to right
+LATENCY_BARS = (("p50_ms", "p50"), ("p95_ms", "p95"), ("p99_ms", "p99"),
+                ("p99_first_ms", "p99, first window"), ("p99_last_ms", "p99, last window"))
+
+
+def _latency_plot(plt: Any, rows: list[dict[str, Any]], path: Path) -> Path:
+    """Per flavor: each query and rate's percentiles as bars, with the goal as a tick."""
+    flavors = list(dict.fromkeys(r["flavor"] for r in rows))
+    fig, axes = plt.subplots(1, len(flavors), figsize=(5.5 * len(flavors), 3.8), squeeze=False)
+    width = 0.8 / len(LATENCY_BARS)
+    for ax, flavor in zip(axes[0], flavors):
+        runs = [r for r in rows if r["flavor"] == flavor]
+        for i, (key, label) in enumerate(LATENCY_BARS):
+            xs = [j + (i - (len(LATENCY_BARS) - 1) / 2) * width for j in range(len(runs))]
+            ax.bar(xs, [(r[key] or 0) / 1000 for r in runs], width, label=label)
+        for j, r in enumerate(runs):
+            if r["low_rate"]:
+                ax.hlines(r["goal_p99_ms"] / 1000, j - 0.45, j + 0.45, colors="black", linestyles="dashed")
+        ax.set_xticks(range(len(runs)), [f"{r['query']}\n{r['rate_share']:.0%} ({r['offered_msgs_per_s']:,.0f}/s)"
+                                         for r in runs], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds, producer to commit")
+        ax.set_title(f"[{flavor}] latency (dashed: p99 goal at the low rate)", fontsize=9)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 def _scaleout_plot(plt: Any, rows: list[dict[str, Any]], path: Path) -> Path:

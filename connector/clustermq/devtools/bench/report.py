@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from clustermq.devtools.bench import scaleout, transport
+from clustermq.devtools.bench import latency, scaleout, transport
 
 
 def ratio(value: float, baseline: float) -> float | None:
@@ -157,6 +157,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         ]
     lines += transport.markdown_section(results.get("transport"))
     lines += scaleout.markdown_section(results.get("scaleout"))
+    lines += latency.markdown_section(results.get("latency"))
     if results.get("notes"):
         lines += ["", "## Notes", ""] + [f"* {n}" for n in results["notes"]]
     if images:
@@ -195,6 +196,10 @@ def headline(results: dict[str, Any]) -> str:
         parts = [_headline_part(row) for row in results["comparisons"]
                  if row.get("flavor") == flavor and row.get("ratio_to_raw") not in (None, 1.0)
                  and not row["name"].startswith(FLOOR_PREFIX)]
+        low = [r for r in results.get("latency") or [] if r["flavor"] == flavor and r["low_rate"]]
+        if low:
+            parts.append("latency p99 at a quarter of the raw rate " + ", ".join(
+                f"{r['query']} {_fmt(r['p99_ms'] / 1000, 1)} s" for r in low))
         if parts:
             lines.append(f"* {flavor}: " + "; ".join(parts) + ".")
     return "\n".join(lines[:HEADLINE_MAX_LINES])

@@ -23,7 +23,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from clustermq.devtools.bench import extras, plots, report
+from clustermq.devtools.bench import extras, latency, plots, report
 from clustermq.devtools.bench.comparisons import (
     PAIRS,
     READ_MAX_PER_TRIGGER,
@@ -32,7 +32,7 @@ from clustermq.devtools.bench.comparisons import (
     warm_up_writer,
 )
 from clustermq.devtools.bench.scaleout import scaleout
-from clustermq.devtools.bench.scenarios import Bench, Figure
+from clustermq.devtools.bench.scenarios import RAW_READ, Bench, Figure
 from clustermq.devtools.bench.spread import median_item, median_range, named_range
 from clustermq.devtools.bench.transport import compare_transports
 from clustermq.devtools.localcluster import LocalCluster
@@ -44,7 +44,7 @@ from clustermq.pipelines.spark_session import LOCAL_TUNING, job_session
 BASE_MESSAGES = 200_000
 MEMORY_MESSAGES = 1_000_000
 EXTRA_STEPS = ("scaling", "sweep", "memory")
-STEPS = tuple(p.key for p in PAIRS) + EXTRA_STEPS + ("transport", "scaleout")
+STEPS = tuple(p.key for p in PAIRS) + EXTRA_STEPS + ("transport", "scaleout", "latency")
 #: the transport comparison reads this share of the base backlog per read (8 reads per flavor)
 TRANSPORT_SHARE = 0.1
 
@@ -79,6 +79,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3,
                    help="alternating baseline/candidate runs per comparison (default 3)")
     p.add_argument("--no-delta", action="store_true", help="skip the queue_to_delta run")
+    p.add_argument("--latency-seconds", type=float, default=latency.SEND_SECONDS,
+                   help="the latency step's timed sending per query and rate (default "
+                        f"{latency.SEND_SECONDS:.0f}; --scale does not change it)")
     p.add_argument("--steps", default=",".join(STEPS),
                    help=f"comma-separated subset of {', '.join(STEPS)} (default: all)")
     return p.parse_args(argv)
@@ -168,6 +171,8 @@ def run(
         raise SystemExit(f"unknown --steps {sorted(unknown)}; allowed: {', '.join(STEPS)}")
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
+    if not args.latency_seconds > 0:
+        raise SystemExit(f"--latency-seconds must be a positive number of seconds, got {args.latency_seconds}")
     flavors = [cluster.state().flavor] if cluster else [f.strip() for f in args.flavors.split(",") if f.strip()]
     bad = set(flavors) - set(FLAVORS)
     if bad:
@@ -182,8 +187,9 @@ def run(
         pairs = [p for p in PAIRS if p.key in wanted and (use_delta or not p.needs_delta)]
         if any(p.needs_delta and p.key in wanted for p in PAIRS) and not use_delta:
             results["notes"].append("queue_to_delta run skipped (no Delta jars or --no-delta)")
-        if "scaleout" in wanted and not use_delta:
-            results["notes"].append("scale-out step skipped (no Delta jars or --no-delta)")
+        for step in ("scaleout", "latency"):
+            if step in wanted and not use_delta:
+                results["notes"].append(f"{step} step skipped (no Delta jars or --no-delta)")
         results["environment"] = {
             "date": _dt.date.today().isoformat(), "machine": _machine(), "flavors": flavors,
             "scale": args.scale, "messages": n, "repeats": args.repeats,
@@ -212,6 +218,12 @@ def run(
                     _say(f"[{flavor}] scaleout (elapsed {time.monotonic() - started:.0f} s)")
                     results.setdefault("scaleout", []).extend(scaleout(
                         b, _count(BASE_MESSAGES, args.scale), args.repeats, flavor))
+                if "latency" in wanted and use_delta:
+                    _say(f"[{flavor}] latency (elapsed {time.monotonic() - started:.0f} s)")
+                    raw = next((r["messages_per_s"] for r in results["comparisons"]
+                                if r["flavor"] == flavor and r["name"] == RAW_READ), None)
+                    results.setdefault("latency", []).extend(latency.latency(
+                        b, raw or latency.raw_read_rate(b, n), args.latency_seconds, flavor))
                 if index == 0:
                     results["extras_flavor"] = flavor
                     for step, count in (("scaling", BASE_MESSAGES // 2), ("sweep", BASE_MESSAGES // 2),

@@ -133,6 +133,8 @@ def write_connector(b: Bench, count: int, partitions: int = 6, write_mode: str =
 #: reader drained, so the baseline timed the window, not the brokers (docs/decisions.md,
 #: "The benchmark's baselines").
 RAW_PREFETCH = 40_000
+#: the raw read's row name: the baseline of every read ratio and of the latency step's rates
+RAW_READ = "read: raw stomp.py consumers"
 
 
 def read_raw(b: Bench, queue: str, count: int) -> Figure:
@@ -146,7 +148,7 @@ def read_raw(b: Bench, queue: str, count: int) -> Figure:
         b.say(f"  raw consumers stalled with {count - result.total} messages left; "
               "fresh consumers take the rest (not timed)")
         drain_quietly(b, queue, count - result.total)
-    return Figure("read: raw stomp.py consumers", result.total, result.seconds, extra)
+    return Figure(RAW_READ, result.total, result.seconds, extra)
 
 
 def progress_stats(query: StreamingQuery) -> dict[str, Any]:
