@@ -116,3 +116,12 @@ def test_the_produce_command_refuses_a_rate_that_is_not_positive(rate: str, caps
     with pytest.raises(SystemExit):
         build_parser().parse_args(["produce", "--queue", "q", "--rate", rate])
     assert f"--rate must be a positive number of messages per second, got '{rate}'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seconds", ["0", "-3", "soon"])
+def test_the_bench_refuses_latency_seconds_that_are_not_positive(seconds: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from clustermq.devtools.bench.run import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--latency-seconds", seconds])
+    assert f"--latency-seconds must be a positive number of seconds, got '{seconds}'" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import sys
 
 from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.devtools import demo
+from clustermq.devtools.arguments import positive_number
 from clustermq.devtools.loadgen import LoadSpec, print_progress, produce
 from clustermq.devtools.localcluster.commands import add_cluster_parsers, brokers_for, credentials_for
 from clustermq.devtools.localcluster.fetch import main as fetch_main
@@ -29,16 +30,6 @@ def _connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
     if getattr(args, "flavor", None):
         raw["flavor"] = args.flavor
     return parse_connection_options(raw)
-
-
-def _positive_rate(text: str) -> float:
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = 0.0
-    if not rate > 0:
-        raise argparse.ArgumentTypeError(f"--rate must be a positive number of messages per second, got {text!r}")
-    return rate
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -66,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce_cmd.add_argument("--groups", type=int, default=0, help="number of group ids (0: none)")
     produce_cmd.add_argument("--size", type=int, default=256, help="body size in bytes")
     produce_cmd.add_argument("--non-persistent", action="store_true")
-    produce_cmd.add_argument("--rate", type=_positive_rate, default=None,
+    produce_cmd.add_argument("--rate", type=positive_number("--rate", "messages per second"), default=None,
                              help="messages per second over all nodes, each stamped with "
                                   "loadgen_sent_ms (default: as fast as the brokers take them)")
     produce_cmd.add_argument("--flavor", choices=["auto", "classic", "artemis"], default="auto")

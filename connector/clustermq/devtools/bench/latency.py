@@ -6,8 +6,8 @@ time (``loadgen_sent_ms``). A message's latency is the moment its batch committe
 minus that stamp:
 
 * **reader**: the reader into a ``foreachBatch`` that only fetches the batch's send times and
-  counts them in 10 ms buckets (the least work that still reads the batch). Its batch committed when Spark's
-  progress says the trigger ended, after the commit log was written.
+  counts them in 10 ms buckets (the least work that still reads the batch). Its batch committed
+  when Spark's progress says the trigger ended, after the commit log was written.
 * **queue_to_delta**: the reader into the job's exactly-once Delta sink. A row committed when its
   Delta version's log file appeared (its mtime), the moment readers of the table can see it;
   rows are mapped to versions through the data file that holds them.
@@ -24,6 +24,7 @@ tell a query that keeps up (equal) from one that falls behind (the last grows).
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 import uuid
@@ -123,7 +124,7 @@ class _BatchCounter:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         column = df.select(_sent_bucket().alias("bucket")).toArrow().column("bucket")
-        counts = pc.value_counts(column.drop_null()) if len(column) else []
+        counts = pc.value_counts(column.drop_null())
         with self._lock:
             self.buckets[batch_id] = [(int(c["values"].as_py()), int(c["counts"].as_py())) for c in counts]
             self.rows += len(column)
@@ -220,7 +221,7 @@ def run_one(b: Bench, kind: str, rate: float, seconds: float) -> dict[str, Any]:
     return {"query": kind, "offered_msgs_per_s": round(rate, 1), "uncommitted_at_stop": max(0, uncommitted),
             "sent_msgs_per_s": round(count / ((sent_to - sent_from) / 1000), 1), "messages": count,
             "send_seconds": round((sent_to - sent_from) / 1000, 1), **summary(lat, sent_from, sent_to),
-            "batches": len(durations), "batch_ms_p50": durations[len(durations) // 2] if durations else None,
+            "batches": len(durations), "batch_ms_p50": statistics.median(durations) if durations else None,
             "batch_ms_max": durations[-1] if durations else None}
 
 
@@ -259,7 +260,8 @@ def markdown_section(rows: list[dict[str, Any]] | None) -> list[str]:
              "p99 of the messages sent in the first and the last window; a last far above the first "
              "is a query falling behind; ≥: the query fell so far behind that it was stopped with messages "
              "not committed, counted with the least latency they can have had. Goal at the low rate: "
-             "p99 within the goal, no growth.", "",
+             "p99 within the goal, no growth. *Batches*: the duration of the batches that held "
+             "timed messages, median and max.", "",
              "| flavor | query | offered msg/s (share of raw) | sent msg/s | p50 ms | p95 ms | p99 ms "
              "| p99 first / last window (s) | goal p99 ms | batches: ms p50 / max |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]

@@ -23,6 +23,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from clustermq.devtools.arguments import positive_number
 from clustermq.devtools.bench import extras, latency, plots, report
 from clustermq.devtools.bench.comparisons import (
     PAIRS,
@@ -79,7 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3,
                    help="alternating baseline/candidate runs per comparison (default 3)")
     p.add_argument("--no-delta", action="store_true", help="skip the queue_to_delta run")
-    p.add_argument("--latency-seconds", type=float, default=latency.SEND_SECONDS,
+    p.add_argument("--latency-seconds", type=positive_number("--latency-seconds", "seconds"), default=latency.SEND_SECONDS,
                    help="the latency step's timed sending per query and rate (default "
                         f"{latency.SEND_SECONDS:.0f}; --scale does not change it)")
     p.add_argument("--steps", default=",".join(STEPS),
@@ -171,8 +172,6 @@ def run(
         raise SystemExit(f"unknown --steps {sorted(unknown)}; allowed: {', '.join(STEPS)}")
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
-    if not args.latency_seconds > 0:
-        raise SystemExit(f"--latency-seconds must be a positive number of seconds, got {args.latency_seconds}")
     flavors = [cluster.state().flavor] if cluster else [f.strip() for f in args.flavors.split(",") if f.strip()]
     bad = set(flavors) - set(FLAVORS)
     if bad:
