@@ -206,7 +206,7 @@ def test_a_name_the_broker_refuses_is_reported_with_the_row_and_every_node(broke
     queue = new_queue("qlong")
     good = WriteOptions.parse(broker.reader_options(queue))
     refused = "r" * 11_000
-    options = dataclasses.replace(good, connection=dataclasses.replace(good.connection, queue=refused))
+    options = dataclasses.replace(good, connection=dataclasses.replace(good.connection, queues=(refused,)))
     batches = iter([pa.RecordBatch.from_arrays([pa.array([b"m0", b"m1"])], names=["body"])])
     with pytest.raises(MessageRefused) as err:
         write_task(options, InputLayout(body="body", body_is_text=False),

@@ -14,9 +14,9 @@ from clustermq.read.slots import bucket_for_slot, last_per_slot, slot_count, slo
 from clustermq.read.stomp_link import Receiver, StompLink
 
 
-def delivery(seq: int, slot: int | None) -> BufferedMessage:
-    return BufferedMessage(headers={}, body=b"", ack_id=f"a{seq}", generation=1, arrival=seq,
-                           seq=seq, slot=slot)
+def delivery(seq: int, slot: int | None, destination: str = "/queue/q") -> BufferedMessage:
+    return BufferedMessage(headers={"destination": destination}, body=b"", ack_id=f"a{seq}", generation=1,
+                           arrival=seq, seq=seq, slot=slot)
 
 
 def test_only_a_broker_that_hides_groups_gets_several_slots() -> None:
@@ -39,6 +39,16 @@ def test_a_client_ack_is_sent_for_the_last_delivery_of_every_slot() -> None:
     batch = [delivery(0, 0), delivery(1, 1), delivery(2, 0), delivery(3, 2), delivery(4, 1)]
     assert [m.seq for m in last_per_slot(batch)] == [2, 3, 4]
     assert [m.seq for m in last_per_slot([delivery(0, None), delivery(1, None)])] == [1]
+
+
+def test_a_client_ack_is_sent_for_the_last_delivery_of_every_slot_of_every_queue() -> None:
+    """With several queues a node has a subscription per slot and queue; the ``destination``
+    header tells them apart, so the last of each is acknowledged."""
+    a, b = "/queue/a", "/queue/b"
+    batch = [delivery(0, 0, a), delivery(1, 0, b), delivery(2, 1, a), delivery(3, 0, a), delivery(4, 1, b)]
+    assert [m.seq for m in last_per_slot(batch)] == [1, 2, 3, 4]
+    assert [m.seq for m in last_per_slot([delivery(0, None, a), delivery(1, None, b),
+                                          delivery(2, None, a)])] == [1, 2]
 
 
 def test_a_slot_maps_to_one_partition_and_nodes_are_shifted() -> None:

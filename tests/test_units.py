@@ -125,6 +125,22 @@ def test_a_selector_is_kept_for_reading_and_refused_for_writing() -> None:
         WriteOptions.parse({"brokers": BROKERS, "queue": "q", "selector": "a = 1"})
 
 
+def test_a_reader_takes_a_list_of_queues_and_the_writer_one() -> None:
+    assert read_opts(queue=" orders , payments ").connection.queues == ("orders", "payments")
+    assert read_opts().connection.queue == "orders"
+    for text, fragment in (("orders,,payments", "has an empty entry"), ("orders,", "has an empty entry"),
+                           ("orders,payments,orders", "'orders' named more than once"),
+                           ("orders,pay>", "contains '>'")):
+        with pytest.raises(OptionError, match="option 'queue'") as err:
+            read_opts(queue=text)
+        assert fragment in str(err.value), str(err.value)
+    with pytest.raises(OptionError, match=r"the writer publishes to one queue, got 2 \(a,b\)"):
+        WriteOptions.parse({"brokers": BROKERS, "queue": "a,b"})
+    read_opts(queue="a,b", transport="stomp").check_streaming()
+    with pytest.raises(OptionError, match="a streaming read with transport=amqp reads one queue, got 2"):
+        read_opts(queue="a,b", transport="amqp", amqpBrokers=BROKERS).check_streaming()
+
+
 def test_missing_queue() -> None:
     with pytest.raises(OptionError, match="'queue' is required"):
         ReadOptions.parse({"brokers": BROKERS})

@@ -50,7 +50,9 @@ class ClusterMQDataSource(DataSource):
                 f"option '{MODE.name}' applies to batch reads (spark.read); a streaming read always "
                 "consumes, acknowledging on commit"
             )
-        return ClusterMQStreamReader(ReadOptions.parse(self.options))
+        options = ReadOptions.parse(self.options)
+        options.check_streaming()
+        return ClusterMQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch write; options and input columns are checked here, before any task runs."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clustermq.broker.nodes import Node, TlsSettings
+from clustermq.errors import OptionError
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class ConnectionOptions:
     """What every connection to the cluster needs, for reading and writing alike."""
 
     nodes: tuple[Node, ...]
-    queue: str
+    #: the queues of option ``queue``: one, or several for a reader (options/parsed.py)
+    queues: tuple[str, ...]
     flavor: str
     username: str | None
     password: Secret | None
@@ -63,6 +65,21 @@ class ConnectionOptions:
     connect_timeout_s: float
     heartbeat_ms: int
     tls: TlsSettings | None = None  # also on every stomp+ssl node (Node.tls), where it is used
+
+    @property
+    def queue(self) -> str:
+        """The one queue of a writer or a depth probe; reader code that may hold several loops
+        over :attr:`queues` instead. Options that take one queue refuse a list when parsed, so
+        this refusal is a last guard."""
+        if len(self.queues) != 1:
+            raise OptionError(f"option 'queue': {len(self.queues)} queues ({self.queue_names}) "
+                              "where one is allowed")
+        return self.queues[0]
+
+    @property
+    def queue_names(self) -> str:
+        """The queues as the user wrote them, for messages and logs."""
+        return ",".join(self.queues)
 
     @property
     def login(self) -> tuple[str | None, str | None]:

@@ -50,7 +50,7 @@ def _probe_options(
 ) -> ConnectionOptions:
     """How the probe connects: the caller's login, no heart-beats (it lives for one question)."""
     return ConnectionOptions(
-        nodes=(node,), queue=queue, flavor="auto", username=username,
+        nodes=(node,), queues=(queue,), flavor="auto", username=username,
         password=Secret(password) if password is not None else None, group_id_header="",
         reconnect=ReconnectPolicy(), connect_timeout_s=timeout, heartbeat_ms=0,
     )
@@ -107,11 +107,22 @@ def queue_depths(
 
 
 def connection_depths(conn: ConnectionOptions) -> QueueDepths:
-    """``queue_depths`` of the connector's queue, connecting as the reader does (login, TLS
-    settings, ``connectTimeout``)."""
+    """``queue_depths`` of the connector's queues, connecting as the reader does (login, TLS
+    settings, ``connectTimeout``). With several queues a node's depth is their sum, unknown
+    (``None``) when any of them is: the reader's backlog on a node is all of its queues."""
     username, password = conn.login
-    return queue_depths(list(conn.nodes), conn.queue, username, password,
-                        timeout=conn.connect_timeout_s)
+    per_queue = [queue_depths(list(conn.nodes), q, username, password, timeout=conn.connect_timeout_s)
+                 for q in conn.queues]
+    if len(per_queue) == 1:
+        return per_queue[0]
+    result = QueueDepths(conn.queue_names)
+    for node in conn.nodes:
+        depths = [d.get(node.name) for d in per_queue]
+        result[node.name] = None if any(v is None for v in depths) else sum(v or 0 for v in depths)
+        errors = [f"{d.queue}: {d.errors[node.name]}" for d in per_queue if node.name in d.errors]
+        if errors:
+            result.errors[node.name] = "; ".join(errors)
+    return result
 
 
 def format_depth_table(depths: QueueDepths) -> str:

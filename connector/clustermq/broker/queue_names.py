@@ -40,6 +40,21 @@ def queue_name(text: str, option: str = "queue") -> str:
     return check_queue_name(queue, option)
 
 
+def queue_list(text: str, option: str = "queue") -> tuple[str, ...]:
+    """The queues of a comma-separated ``text``, each by :func:`queue_name`; ``OptionError``
+    naming ``option`` for an empty entry or a queue named twice (it would be read twice)."""
+    names = [n.strip() for n in text.split(",")]
+    if len(names) > 1 and not all(names):
+        raise OptionError(f"option '{option}': '{text.strip()}' has an empty entry; allowed: queue names "
+                          "separated by ',' (e.g. 'orders,payments')")
+    queues = tuple(queue_name(n, option) for n in names)
+    twice = sorted({q for q in queues if queues.count(q) > 1})
+    if twice:
+        raise OptionError(f"option '{option}': {', '.join(repr(q) for q in twice)} named more than once; "
+                          "allowed: each queue once")
+    return queues
+
+
 def destination_queue_name(text: str, option: str = "queue") -> str:
     """Like :func:`queue_name`, also accepting the ``/queue/`` prefix (``/queue/orders``)."""
     stripped = text.strip()

@@ -46,7 +46,7 @@ def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
     heartbeat_ms = HEARTBEAT.read(raw)
     return ConnectionOptions(
         nodes=nodes,
-        queue=QUEUE.read(raw),
+        queues=QUEUE.read(raw),
         flavor=FLAVOR.read(raw),
         username=username,
         password=Secret(password) if password is not None else None,

@@ -18,7 +18,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from clustermq.broker.nodes import Node, parse_nodes
-from clustermq.broker.queue_names import queue_name
+from clustermq.broker.queue_names import queue_list
 from clustermq.errors import OptionError
 
 T = TypeVar("T")
@@ -261,8 +261,10 @@ class NodeList(Option[tuple[Node, ...]]):
 
 
 @dataclass(frozen=True, kw_only=True)
-class QueueName(Option[str]):
-    """A plain queue name (required), by the one queue-name rule of the broker layer."""
+class QueueNames(Option[tuple[str, ...]]):
+    """One plain queue name or a comma-separated list of them (required), each by the one
+    queue-name rule of the broker layer; what may take a list is for the reader and writer
+    options to say (options/parsed.py)."""
 
-    def read(self, raw: Mapping[str, str]) -> str:
-        return queue_name(self.text(raw) or "", self.name)
+    def read(self, raw: Mapping[str, str]) -> tuple[str, ...]:
+        return queue_list(self.text(raw) or "", self.name)

@@ -61,6 +61,15 @@ class ReadOptions:
     #: the JMS selector every subscription and browse carries (``selector``); None: every message
     selector: str | None = None
 
+    def check_streaming(self) -> None:
+        """Refuse what only a streaming read cannot do: several queues over ``transport=amqp``
+        (its link attaches one receiver per node; the batch read browses queue by queue)."""
+        if self.transport == "amqp" and len(self.connection.queues) > 1:
+            raise OptionError(
+                f"option 'queue': a streaming read with transport=amqp reads one queue, got "
+                f"{len(self.connection.queues)} ({self.connection.queue_names}); allowed: one queue, "
+                "or several with transport=stomp (the default)")
+
     def amqp_node(self, name: str) -> Node:
         """The AMQP endpoint (``amqpBrokers``) of the node ``name`` of ``brokers``."""
         return dict(self.amqp_nodes)[name]
@@ -118,6 +127,11 @@ class WriteOptions:
         given = {k: v for k, v in options.items() if k.lower() != "checkpointlocation"}
         raw = check_known(given, "write")
         conn = parse_connection_options(raw)
+        if len(conn.queues) > 1:
+            raise OptionError(
+                f"option 'queue': the writer publishes to one queue, got {len(conn.queues)} "
+                f"({conn.queue_names}); allowed: one queue name (route rows to other queues with "
+                "the 'destination' column)")
         receipt_timeout_s = RECEIPT_TIMEOUT.seconds(raw)
         return cls(
             connection=conn,

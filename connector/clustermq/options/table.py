@@ -22,7 +22,7 @@ from clustermq.options.kinds import (
     NodeList,
     Option,
     OptionalInt,
-    QueueName,
+    QueueNames,
     Selector,
     Text,
 )
@@ -47,7 +47,7 @@ def default_prefetch(max_messages_per_trigger: int | None) -> int:
 
 # ---------------------------------------------------------------------------- the table (README order)
 BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`; a master/slave or primary/backup pair is one node, `masterslave:(host:port,host:port)`, members in failover order (docs/design.md, Failover pairs). Required.")
-QUEUE = QueueName("queue", meaning="Queue name (without `/queue/`). Required. At most 1024 bytes; no spaces, control characters, `,` `:` `*` `>` `#` `?` (brokers read them as composite destinations, wildcards or destination options).")
+QUEUE = QueueNames("queue", meaning="Queue name (without `/queue/`). Required. Reading: also a comma-separated list of queues read as one source (`orders,payments`; streaming over STOMP, browse over either transport), each named once; the `destination` column says which queue a row came from. Writing: one queue. Each name at most 1024 bytes; no spaces, control characters, `:` `*` `>` `#` `?` (brokers read them as wildcards or destination options).")
 FLAVOR = Choice("flavor", default="auto", allowed=FLAVORS, meaning="Broker kind: `auto` (from the CONNECTED frame's `server` header), " + " or ".join(f"`{name}`" for name in DIALECTS) + ".")
 USERNAME = Text("username", meaning="Login user for every node.")
 PASSWORD = Text("password", meaning="Login password. Never logged, never shown in errors, progress or `repr()`.")
@@ -77,7 +77,7 @@ PERSISTENT = Bool("persistent", default=True, applies_to="write", meaning="Write
 HEADERS_FROM_COLUMNS = Bool("headersFromColumns", default=False, applies_to="write", meaning="Writer: turn input columns other than `body`, `group_id`, `headers`, `priority`, `destination` into message headers (column name = header name) instead of rejecting them.")
 RECEIPT_TIMEOUT = Millis("receiptTimeout", default=60000, minimum=1, applies_to="write", meaning="Writer: milliseconds to wait for a broker's RECEIPT of a COMMIT, and for the next staged message while the driver moves a job into the queue.")
 WRITE_MODE = Choice("writeMode", default="atomic", allowed=WRITE_MODES, applies_to="write", meaning="Writer: `atomic` stages every task's messages and moves them into the queue when Spark commits the job, so a failed job or micro-batch publishes nothing. `direct` commits each task's messages straight into the queue in one transaction per node: faster, but a failed job keeps what its finished tasks committed, and a re-run task may add copies (see Writing).")
-MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", meaning="Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node) without consuming it: over STOMP on ActiveMQ Classic, over AMQP 1.0 (a `copy` receiver) on both brokers with `transport=amqp`. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`export_backlog --mode drain`).")
+MODE = Choice("mode", default="browse", allowed=READ_MODES, applies_to="read", meaning="Batch read (`spark.read`): `browse` returns a snapshot of the queue on every node (one partition per node and queue) without consuming it: over STOMP on ActiveMQ Classic, over AMQP 1.0 (a `copy` receiver) on both brokers with `transport=amqp`. `drain` is refused: emptying a queue needs acknowledgement on commit, i.e. a streaming read with `Trigger.AvailableNow` (`export_backlog --mode drain`).")
 BROWSE_IDLE_TIMEOUT = Millis("browseIdleTimeout", default=30000, minimum=1, applies_to="read", meaning="Batch read: milliseconds a node's browse may go without a message before the read fails.")
 
 SELECTOR = Selector("selector", shown="none: every message", applies_to="read", meaning="Reader and browse: a JMS message selector (SQL-92 over headers and properties, e.g. `region = 'EU' AND amount > 100`), the STOMP `selector` header (AMQP: the `jms-selector` filter). Only matching messages are read; the rest stay on the queue for other consumers. Checked by a broker node when the query or read starts: a selector it refuses fails with its error before anything is consumed. A JMS producer's group is `JMSXGroupID` on Classic and `_AMQ_GROUP_ID` on Artemis. Classic does not reach a matching message queued on a node behind more than `maxPageSize` non-matching ones (docs/broker-behaviour.md). With `Trigger.AvailableNow` the run ends `availableNowIdleTimeout` after the last matching message (the queue's depth counts every message, so it cannot tell when the selected backlog is read); a browse with a selector is not checked against the depth.")

@@ -1,10 +1,10 @@
-"""Batch read (``spark.read.format("clustermq")``): a browse snapshot of every node's queue.
+"""Batch read (``spark.read.format("clustermq")``): a browse snapshot of every node's queues.
 
 A queue browser (ActiveMQ Classic: STOMP ``SUBSCRIBE`` with ``browser:true``; the broker ends
 the listing with a MESSAGE carrying ``browser:end``) sees the messages without consuming them,
 so the read leaves every queue as it was. Unlike the streaming reader, nothing has to be
 acknowledged after a commit, so each executor task opens its own connection: one partition per
-node, in parallel, with no driver-side state.
+node and queue, in parallel, with no driver-side state.
 
 What a browse cannot promise, and how the read guards against it:
 
@@ -23,6 +23,7 @@ What a browse cannot promise, and how the read guards against it:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 
@@ -50,15 +51,21 @@ DRAIN_HINT = (
 
 
 class NodePartition(InputPartition):
-    """One node's browse: the node's position in the ``brokers`` list."""
+    """One node's browse of one queue: the node's position in the ``brokers`` list, the queue."""
 
-    def __init__(self, index: int, node_name: str) -> None:
-        super().__init__(index)
+    def __init__(self, index: int, node_name: str, queue: str, number: int) -> None:
+        super().__init__(number)
         self.index = index
         self.node_name = node_name
+        self.queue = queue
 
     def __repr__(self) -> str:
-        return f"NodePartition({self.index}, {self.node_name})"
+        return f"NodePartition({self.index}, {self.node_name}, {self.queue})"
+
+
+def one_queue(options: ReadOptions, queue: str) -> ReadOptions:
+    """``options`` narrowed to ``queue``: a browse reads one queue of one node at a time."""
+    return dataclasses.replace(options, connection=dataclasses.replace(options.connection, queues=(queue,)))
 
 
 def check_browse_mode(options: ReadOptions) -> None:
@@ -81,7 +88,7 @@ class ClusterMQBatchReader(DataSourceReader):
         self.options = options
 
     def __repr__(self) -> str:
-        return f"ClusterMQBatchReader(queue={self.options.connection.queue!r})"
+        return f"ClusterMQBatchReader(queue={self.options.connection.queue_names!r})"
 
     def partitions(self) -> Sequence[InputPartition]:
         """One partition per node, once a node answered: with ``flavor=auto`` it says which
@@ -92,24 +99,27 @@ class ClusterMQBatchReader(DataSourceReader):
             dialect.check_browse(DRAIN_HINT, where="the cluster: ")
         if self.options.selector:
             check_selector(self.options.connection, self.options.selector,
-                           f"to check the selector of the batch read of queue '{self.options.connection.queue}'")
-        return [NodePartition(i, n.name) for i, n in enumerate(self.options.connection.nodes)]
+                           f"to check the selector of the batch read of queue '{self.options.connection.queue_names}'")
+        queues = self.options.connection.queues
+        return [NodePartition(i, n.name, q, i * len(queues) + j)
+                for i, n in enumerate(self.options.connection.nodes) for j, q in enumerate(queues)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, NodePartition)
         node = self.options.connection.nodes[partition.index]
+        options = one_queue(self.options, partition.queue)
         if self.options.transport == "amqp":  # a copy-mode receiver: both brokers browse so
             from clustermq.read.amqp_browse import browse_node_amqp  # proton: an optional extra
 
-            return browse_node_amqp(node, partition.index, self.options)
-        return browse_node(node, partition.index, self.options)
+            return browse_node_amqp(node, partition.index, options)
+        return browse_node(node, partition.index, options)
 
 
 def detect_cluster_dialect(options: ReadOptions) -> BrokerDialect:
     """The dialect of the first node that answers (all nodes of a cluster are one product);
     :class:`NoNodeReachable` naming every node and why when none does."""
     with first_answering_node(options.connection.nodes, options.connection,
-                              f"for the batch read of queue '{options.connection.queue}'") as session:
+                              f"for the batch read of queue '{options.connection.queue_names}'") as session:
         return session.dialect
 
 

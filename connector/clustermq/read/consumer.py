@@ -61,7 +61,7 @@ class ClusterConsumer:
             return
         if self.options.selector:
             check_selector(self.options.connection, self.options.selector,
-                           f"to check the selector for queue '{self.options.connection.queue}'")
+                           f"to check the selector for queue '{self.options.connection.queue_names}'")
         errors: list[NodeUnavailable] = []
         for wave in connect_order(self.subscriptions):  # priorityNodes first, see priority.py
             with ThreadPoolExecutor(max_workers=len(wave)) as pool:
@@ -69,7 +69,7 @@ class ClusterConsumer:
         if not any(s.connected for s in self.subscriptions):
             for sub in self.subscriptions:
                 sub.stop()
-            raise no_node_reachable(f"to start reading queue '{self.options.connection.queue}'", errors)
+            raise no_node_reachable(f"to start reading queue '{self.options.connection.queue_names}'", errors)
         for error in errors:
             log.warning("clustermq: %s; reconnecting in the background", error)
         for sub in self.subscriptions:

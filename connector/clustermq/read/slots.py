@@ -52,8 +52,11 @@ def bucket_for_slot(slot: int, node_index: int, buckets: int) -> int:
 
 
 def last_per_slot(messages: Iterable[BufferedMessage]) -> list[BufferedMessage]:
-    """The last message of each slot, in delivery order: one cumulative ACK per subscription."""
-    last: dict[int | None, BufferedMessage] = {}
+    """The last message of each subscription, in delivery order: one cumulative ACK each.
+
+    A node has a subscription per slot and queue (several with a list of queues), and a
+    message's ``destination`` header names its queue."""
+    last: dict[tuple[int | None, str | None], BufferedMessage] = {}
     for message in messages:
-        last[message.slot] = message
+        last[(message.slot, message.headers.get("destination"))] = message
     return sorted(last.values(), key=lambda m: m.seq)

@@ -127,11 +127,16 @@ def open_stomp_link(owner: LinkOwner, generation: int) -> StompLink:
     try:
         dialect = session.dialect
         owner.set_dialect(dialect)  # deliveries start before subscribe() returns
-        receiver.slots = slot_ids(owner.index, slot_count(dialect, options.num_partitions))
-        for sub_id, slot in receiver.slots.items():  # several where the broker hides groups
-            session.conn.subscribe(destination=dialect.destination(options.connection.queue), id=sub_id,
-                                   ack=options.ack_mode,
-                                   headers={**flow_control(options, dialect, len(receiver.slots), slot),
+        slots = slot_ids(owner.index, slot_count(dialect, options.num_partitions))
+        queues = options.connection.queues
+        # one subscription per group slot (several where the broker hides groups) and queue;
+        # the node's prefetch window is shared between the queues as between the slots
+        subscriptions = [(sub_id if len(queues) == 1 else f"{sub_id}-q{j}", slot, queue)
+                         for j, queue in enumerate(queues) for sub_id, slot in slots.items()]
+        receiver.slots = {sub_id: slot for sub_id, slot, _ in subscriptions}
+        for k, (sub_id, _slot, queue) in enumerate(subscriptions):
+            session.conn.subscribe(destination=dialect.destination(queue), id=sub_id, ack=options.ack_mode,
+                                   headers={**flow_control(options, dialect, len(subscriptions), k),
                                             **selector_headers(options.selector)})
     except Exception:
         session.close()

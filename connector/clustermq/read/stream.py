@@ -71,7 +71,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __repr__(self) -> str:
         names = ",".join(n.name for n in self.options.connection.nodes)
-        return f"ClusterMQStreamReader(queue={self.options.connection.queue!r}, nodes={names})"
+        return f"ClusterMQStreamReader(queue={self.options.connection.queue_names!r}, nodes={names})"
 
     @property
     def consumer(self) -> ClusterConsumer:

@@ -112,7 +112,7 @@ class NodeSubscription:
             self._lost.clear()
             self.last_connected = time.monotonic()
             self.last_error = None
-        log.info("subscribed to %s on node %s (%s, %s)", self.options.connection.queue,
+        log.info("subscribed to %s on node %s (%s, %s)", self.options.connection.queue_names,
                  self.node.name, link.dialect.name, self.options.transport)
 
     def start(self) -> None:
