@@ -1,4 +1,5 @@
-"""What a broker does with a message that is delivered again and again and never acknowledged.
+"""What a broker does with a message that is delivered again and again and never acknowledged,
+and what a query whose batch keeps failing sees of it.
 
 This is what a query that keeps failing does to the messages it holds: each failed or killed run
 closes its connections with the messages of its batch (and of its prefetch window) delivered and
@@ -13,19 +14,32 @@ dead-letter address"):
 * Classic over STOMP never gives up: the broker applies no redelivery limit of its own (the
   OpenWire JMS client's ``RedeliveryPolicy`` does, or a broker ``redeliveryPlugin``), so the
   message stays on the queue and ``ActiveMQ.DLQ`` gets nothing.
+
+A query whose batch holds a poison message fails on every run. On Artemis each run counts one
+delivery of the batch's first message only: every ten runs that message goes to ``DLQ`` (an
+innocent one, unless the poison is first), and the query goes on failing.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from test_artemis import close, plain_client, subscribe
 from waits import dead_letters, poll
 
 pytestmark = [pytest.mark.cluster]
+
+#: the batch of the query-level test: every message, the poison one among them
+BATCH_MESSAGES = 20
+POISON_ID = 7
 
 #: Artemis's default ``max-delivery-attempts``, which the local cluster keeps
 ARTEMIS_MAX_DELIVERY_ATTEMPTS = 10
@@ -98,4 +112,95 @@ def test_a_message_never_acknowledged_is_dead_lettered_by_artemis_at_its_limit_a
         last = deliver(broker, queue, attempts, ack="auto")  # and consume it at last
         assert last.headers["loadgen_id"] == "0" and last.headers.get("redelivered") == "true"
         poll(lambda: node_depth(broker, queue) == 0, 30, f"{queue} empty after an auto-ack delivery",
+             explain=lambda: f"depths {broker.depths(queue)}")
+
+
+def run_query(spark: SparkSession, options: dict[str, str], sink: Any, checkpoint: Path,
+              until_batch: int | None) -> str | None:
+    """One run of the query from ``checkpoint``: the failure's text, or ``None`` once batch
+    ``until_batch`` committed (then the run is stopped); ``None`` waits for a failure only."""
+    query = (spark.readStream.format("clustermq").options(**options).load().writeStream
+             .foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime="500 milliseconds").start())
+    done = checkpoint / "commits" / str(until_batch)
+    try:
+        poll(lambda: not query.isActive or (until_batch is not None and done.exists()), 120,
+             "the run to fail" + (f" or commit batch {until_batch}" if until_batch is not None else ""))
+    finally:
+        query.stop()
+    try:
+        query.awaitTermination(30)
+    except StreamingQueryException as exc:
+        return str(exc)
+    return None
+
+
+def test_a_batch_that_keeps_failing_costs_artemis_its_first_message_not_the_poison_every_ten_runs(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    """A sink that fails on one message fails every run at the batch that holds it; each run's
+    connection closes with that batch delivered and unacknowledged. Artemis counts that as a
+    delivery of the batch's first message only: after ten runs that message, not the poison one,
+    is in ``DLQ``, and the query still fails on the poison. Classic keeps the whole batch queued
+    however often the query fails, and a run that can write it commits every message. The query
+    reads one node, so that the batch's messages are delivered there every time."""
+    queue = f"test.poison.{uuid.uuid4().hex[:8]}"
+    broker.produce(queue, BATCH_MESSAGES, nodes=[NODE])
+    dead_before = node_depth(broker, dead_letters(broker))
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        ids = [int(r[0]) for r in batch.select(F.col("headers")["loadgen_id"]).collect()]
+        if POISON_ID in ids:
+            raise ValueError(f"poison message {POISON_ID} in batch {batch_id} ({len(ids)} rows)")
+        if ids:
+            batch.write.mode("append").parquet(str(out))
+
+    def written() -> list[int]:
+        if not out.exists():
+            return []
+        return sorted(int(r[0]) for r in spark.read.parquet(str(out)).select(F.col("headers")["loadgen_id"]).collect())
+
+    options = broker.reader_options(queue, brokers=broker.cluster.brokers.split(",")[NODE],
+                                    maxMessagesPerTrigger=100, replayTimeout=3000)
+    runs = ARTEMIS_MAX_DELIVERY_ATTEMPTS if broker.flavor == "artemis" else CLASSIC_ATTEMPTS
+    failed_batch: int | None = None
+    for run in range(runs):
+        failure = run_query(spark, options, sink, checkpoint, None)
+        found = re.search(rf"poison message {POISON_ID} in batch (\d+)", failure or "")
+        assert found and int(found.group(1)) == (failed_batch if failed_batch is not None else int(found.group(1))), (
+            f"run {run + 1} of {runs} did not fail on the poison message in batch {failed_batch}: "
+            f"{(failure or '')[:800]!r}; depths {broker.depths(queue)}, dead letters "
+            f"{broker.depths(dead_letters(broker))}")
+        failed_batch = int(found.group(1))
+    assert failed_batch is not None
+    before_dlq = written()
+    print(f"\n[{broker.flavor}] {runs} runs failed at batch {failed_batch}; committed before it: "
+          f"{len(before_dlq)} messages")
+
+    if broker.flavor == "artemis":
+        # Only the head of the batch counted ten deliveries: the first message the node delivered
+        # and the query held, not the poison one; the rest of the batch stays queued.
+        poll(lambda: node_depth(broker, "DLQ") == dead_before + 1
+             and node_depth(broker, queue) == BATCH_MESSAGES - 1, 30,
+             f"one message of the failing batch moved to DLQ after {runs} runs",
+             explain=lambda: f"depths {broker.depths(queue)}, DLQ {broker.depths('DLQ')} "
+                             f"(before: {dead_before})")
+        dead = take_dead_letter(broker, queue)
+        assert [d.headers.get("loadgen_id") for d in dead] == ["0"], [d.headers for d in dead]
+        failure = run_query(spark, options, sink, checkpoint, failed_batch)
+        assert failure is not None and f"poison message {POISON_ID} in batch {failed_batch}" in failure, (
+            f"run {runs + 1} after the dead letter: {(failure or 'committed')[:800]}")
+        assert written() == [] and node_depth(broker, queue) == BATCH_MESSAGES - 1, broker.depths(queue)
+    else:
+        assert node_depth(broker, queue) == BATCH_MESSAGES - len(before_dlq), broker.depths(queue)
+        assert node_depth(broker, "ActiveMQ.DLQ") == dead_before, broker.depths("ActiveMQ.DLQ")
+
+        # nothing lost: the next run, with the poison out of the sink's way, commits the batch
+        def forgiving(batch: DataFrame, batch_id: int) -> None:
+            batch.write.mode("append").parquet(str(out))
+
+        assert run_query(spark, options, forgiving, checkpoint, failed_batch) is None
+        assert written() == list(range(BATCH_MESSAGES)), written()
+        poll(lambda: node_depth(broker, queue) == 0, 30, f"{queue} empty after the committed batch",
              explain=lambda: f"depths {broker.depths(queue)}")
