@@ -1,6 +1,8 @@
-"""Several queues in one source (``queue=a,b``): a browse of each, then a drain of all, exactly.
+"""Several queues in one source (``queue=a,b``): a browse of each, then a drain of all over STOMP
+and one over AMQP, exactly.
 
-The reader subscribes to every listed queue on every node's one connection, so a node's delivery
+The reader subscribes to every listed queue on every node's one connection (over AMQP: a receiver
+per queue), so a node's delivery
 counter, its prefetch window and the batch limits span the queues, and the ``destination``
 column tells the rows apart. The batch read browses each queue of each node in a partition of
 its own (over STOMP on Classic, over AMQP on Artemis, which has no STOMP browse).
@@ -26,6 +28,8 @@ SIZES = {"a": 600, "b": 400, "c": 100}
 #: the loadgen ids of queue b start here, so an id says its queue too
 B_FIRST_ID = 10_000
 BATCH = 250
+#: the AMQP drain's messages per queue, and where their ids start in each queue's range
+AMQP_SIZE, AMQP_FIRST_ID = 300, 5_000
 IDLE_MS = 20_000
 
 
@@ -69,6 +73,20 @@ def test_a_source_of_two_queues_browses_and_drains_both_exactly_and_leaves_a_thi
     assert max(sizes) <= BATCH and len(sizes) >= (SIZES["a"] + SIZES["b"]) // BATCH, sizes
     mixed = rows.groupBy("batch_id").agg(F.countDistinct("destination").alias("n")).where("n = 2").count()
     assert mixed > 0, f"no batch held rows of both queues: batch sizes {sizes}"
+    for k in ("a", "b"):
+        assert broker.wait_depth_zero(queues[k]) == {n.name: 0 for n in broker.cluster.nodes()}
+
+    # the same over AMQP: a receiver per queue on each node's connection
+    broker.produce(queues["a"], AMQP_SIZE, first_id=AMQP_FIRST_ID)
+    broker.produce(queues["b"], AMQP_SIZE, first_id=B_FIRST_ID + AMQP_FIRST_ID)
+    rows, _ = drain(spark, amqp_options(broker, source, maxMessagesPerTrigger=BATCH,
+                                        availableNowIdleTimeout=IDLE_MS), tmp_path / "amqp")
+    assert_each_delivery_emitted_once(rows)
+    got = ids_per_destination(rows.select("destination", F.col("headers")["loadgen_id"].alias("id")).collect())
+    assert got == {broker.destination(queues["a"]): list(range(AMQP_FIRST_ID, AMQP_FIRST_ID + AMQP_SIZE)),
+                   broker.destination(queues["b"]): list(range(B_FIRST_ID + AMQP_FIRST_ID,
+                                                               B_FIRST_ID + AMQP_FIRST_ID + AMQP_SIZE))}, (
+        f"over AMQP: { {d: len(v) for d, v in got.items()} }")
     for k in ("a", "b"):
         assert broker.wait_depth_zero(queues[k]) == {n.name: 0 for n in broker.cluster.nodes()}
     assert broker.settled_depths(queues["c"]) == before["c"]

@@ -136,9 +136,6 @@ def test_a_reader_takes_a_list_of_queues_and_the_writer_one() -> None:
         assert fragment in str(err.value), str(err.value)
     with pytest.raises(OptionError, match=r"the writer publishes to one queue, got 2 \(a,b\)"):
         WriteOptions.parse({"brokers": BROKERS, "queue": "a,b"})
-    read_opts(queue="a,b", transport="stomp").check_streaming()
-    with pytest.raises(OptionError, match="a streaming read with transport=amqp reads one queue, got 2"):
-        read_opts(queue="a,b", transport="amqp", amqpBrokers=BROKERS).check_streaming()
 
 
 def test_missing_queue() -> None:

@@ -50,9 +50,7 @@ class ClusterMQDataSource(DataSource):
                 f"option '{MODE.name}' applies to batch reads (spark.read); a streaming read always "
                 "consumes, acknowledging on commit"
             )
-        options = ReadOptions.parse(self.options)
-        options.check_streaming()
-        return ClusterMQStreamReader(options)
+        return ClusterMQStreamReader(ReadOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch write; options and input columns are checked here, before any task runs."""

@@ -61,15 +61,6 @@ class ReadOptions:
     #: the JMS selector every subscription and browse carries (``selector``); None: every message
     selector: str | None = None
 
-    def check_streaming(self) -> None:
-        """Refuse what only a streaming read cannot do: several queues over ``transport=amqp``
-        (its link attaches one receiver per node; the batch read browses queue by queue)."""
-        if self.transport == "amqp" and len(self.connection.queues) > 1:
-            raise OptionError(
-                f"option 'queue': a streaming read with transport=amqp reads one queue, got "
-                f"{len(self.connection.queues)} ({self.connection.queue_names}); allowed: one queue, "
-                "or several with transport=stomp (the default)")
-
     def amqp_node(self, name: str) -> Node:
         """The AMQP endpoint (``amqpBrokers``) of the node ``name`` of ``brokers``."""
         return dict(self.amqp_nodes)[name]

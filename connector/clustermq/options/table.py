@@ -47,7 +47,7 @@ def default_prefetch(max_messages_per_trigger: int | None) -> int:
 
 # ---------------------------------------------------------------------------- the table (README order)
 BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`; a master/slave or primary/backup pair is one node, `masterslave:(host:port,host:port)`, members in failover order (docs/design.md, Failover pairs). Required.")
-QUEUE = QueueNames("queue", meaning="Queue name (without `/queue/`). Required. Reading: also a comma-separated list of queues read as one source (`orders,payments`; streaming over STOMP, browse over either transport), each named once; the `destination` column says which queue a row came from. Writing: one queue. Each name at most 1024 bytes; no spaces, control characters, `:` `*` `>` `#` `?` (brokers read them as wildcards or destination options).")
+QUEUE = QueueNames("queue", meaning="Queue name (without `/queue/`). Required. Reading: also a comma-separated list of queues read as one source (`orders,payments`), each named once; the `destination` column says which queue a row came from. Writing: one queue. Each name at most 1024 bytes; no spaces, control characters, `:` `*` `>` `#` `?` (brokers read them as wildcards or destination options).")
 FLAVOR = Choice("flavor", default="auto", allowed=FLAVORS, meaning="Broker kind: `auto` (from the CONNECTED frame's `server` header), " + " or ".join(f"`{name}`" for name in DIALECTS) + ".")
 USERNAME = Text("username", meaning="Login user for every node.")
 PASSWORD = Text("password", meaning="Login password. Never logged, never shown in errors, progress or `repr()`.")

@@ -31,6 +31,7 @@ from clustermq.read.amqp_attach import FailingReceiver, connect, connection_dial
 from clustermq.read.amqp_message import message_fields
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
+from clustermq.read.slots import slot_prefetch
 
 log = logging.getLogger("clustermq.subscription")
 
@@ -59,7 +60,11 @@ class AmqpLink(FailingReceiver):
         # nothing may be triggered after _shut (a lock, as callers are other threads)
         self._inject_lock = threading.Lock()
         self._injector_closed = False
-        self._receiver: Any = None
+        #: receiver name -> (its queue, the receiver): one per queue of option ``queue``
+        self._receivers: dict[str, tuple[str, Any]] = {}
+        self._attached: set[str] = set()
+        self._detached: set[str] = set()
+        self._link_of: dict[str, str] = {}  # delivery tag -> receiver name (reactor thread only)
         self._deadline: Any = None  # the timer of a detach awaiting its answer
         self._connection: Any = None
         self._container = Container(self)
@@ -120,56 +125,71 @@ class AmqpLink(FailingReceiver):
         except ValueError as exc:
             self._fail(str(exc))
             return
-        address, options = queue_source(self._dialect, self.sub.options.connection.queue,
-                                        self.sub.options.selector)
         self.sub.set_dialect(self._dialect)  # deliveries may start as soon as credit is granted
-        self._receiver = event.container.create_receiver(
-            event.connection, address, name=f"clustermq-{self.sub.index}", options=options)
+        queues = self.sub.options.connection.queues
+        for j, queue_name in enumerate(queues):
+            address, options = queue_source(self._dialect, queue_name, self.sub.options.selector)
+            name = f"clustermq-{self.sub.index}" + (f"-q{j}" if len(queues) > 1 else "")
+            self._receivers[name] = (queue_name, event.container.create_receiver(
+                event.connection, address, name=name, options=options))
 
     def on_link_opened(self, event: Any) -> None:
         if event.receiver is None:  # proton wraps its objects afresh: not comparable by identity
             return
         if event.receiver.remote_source.address is None:  # attach refused: a detach follows
             return
-        event.receiver.flow(self.sub.options.prefetch_per_node)
-        self.ready.set()
+        names = list(self._receivers)
+        # the node's prefetch is shared between the queues' receivers, like STOMP's subscriptions
+        event.receiver.flow(slot_prefetch(self.sub.options.prefetch_per_node, len(names),
+                                          names.index(event.receiver.name)))
+        self._attached.add(event.receiver.name)
+        if len(self._attached) == len(names):
+            self.ready.set()
 
     def on_message(self, event: Any) -> None:
         self._tags += 1
         tag = str(self._tags)
         self._unsettled[tag] = event.delivery  # event: Any, so never None here
-        headers, body = message_fields(event.message, self.dialect.destination(self.sub.options.connection.queue))
+        self._link_of[tag] = event.receiver.name
+        queue_name = self._receivers[event.receiver.name][0]
+        headers, body = message_fields(event.message, self.dialect.destination(queue_name))
         self.sub.deliver(headers, body, tag, self.generation)
 
     def on_clustermq_settle(self, event: Any) -> None:
-        settled = 0
+        settled: dict[str, int] = {}
         while not self._to_settle.empty():
             for tag in self._to_settle.get():
                 delivery = self._unsettled.pop(tag, None)
-                if delivery is not None:
+                name = self._link_of.pop(tag, None)
+                if delivery is not None and name is not None:
                     delivery.update(Delivery.ACCEPTED)
                     delivery.settle()
-                    settled += 1
-        if settled and self._receiver is not None:
-            self._receiver.flow(settled)
+                    settled[name] = settled.get(name, 0) + 1
+        for name, count in settled.items():  # as much credit again, to the receiver it came on
+            self._receivers[name][1].flow(count)
 
     def on_clustermq_close(self, event: Any) -> None:
-        """Detach the receiver, then close the connection once the broker answered (or after
+        """Detach the receivers, then close the connection once the broker answered (or after
         ``DETACH_WAIT_S``): an orderly end in which the broker takes back only what is still
         unsettled. :meth:`close` waits for it (measured on Artemis: a close that did not wait,
         with the client's TCP path gone right after, left the last batch's 30 settled messages
         queued, delivery count 0)."""
         self._closing = True
-        receiver = self._receiver
-        if receiver is not None and receiver.state & receiver.LOCAL_ACTIVE and self.ready.is_set():
-            receiver.close()
+        open_ = [r for _, r in self._receivers.values() if r.state & r.LOCAL_ACTIVE]
+        if open_ and self.ready.is_set():
+            for receiver in open_:
+                receiver.close()
             self._deadline = self._container.schedule(DETACH_WAIT_S, _Deadline(self))
         else:
             self._shut()
 
     def on_link_closed(self, event: Any) -> None:
-        """The broker answered the detach (on_clustermq_close): now close the connection."""
-        self._shut()
+        """The broker answered a detach (on_clustermq_close): once it answered every one,
+        close the connection."""
+        if event.link is not None:
+            self._detached.add(event.link.name)
+        if self._detached >= set(self._receivers):
+            self._shut()
 
     def on_connection_closing(self, event: Any) -> None:
         self._fail("connection closed by the broker")
