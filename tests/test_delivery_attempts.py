@@ -49,16 +49,12 @@ CLASSIC_ATTEMPTS = ARTEMIS_MAX_DELIVERY_ATTEMPTS + 2
 NODE = 0
 
 
-def subscription_name(broker: Any, queue: str) -> str:
-    return f"/queue/{queue}" if broker.flavor == "classic" else queue
-
-
 def deliver(broker: Any, queue: str, attempt: int, ack: str = "client-individual") -> Any:
     """One consumer that receives the message and disconnects, by default without an ACK (with
     ``ack="auto"`` the delivery consumes it); its frame."""
     conn, frames = plain_client(broker, NODE)
     try:
-        subscribe(conn, frames, subscription_name(broker, queue), f"attempt-{attempt}", ack)
+        subscribe(conn, frames, broker.destination(queue), f"attempt-{attempt}", ack)
         return poll(lambda: frames.messages() or None, 30, f"delivery {attempt + 1} of {queue}",
                     explain=lambda: f"depths {broker.depths(queue)}, dead letters "
                                     f"{broker.depths(dead_letters(broker))}")[0]
@@ -74,7 +70,7 @@ def take_dead_letter(broker: Any, queue: str) -> list[Any]:
     """The dead letters of ``queue`` on the node, consumed (and acknowledged) by a selector."""
     conn, frames = plain_client(broker, NODE)
     try:
-        subscribe(conn, frames, subscription_name(broker, dead_letters(broker)), "dead", "auto",
+        subscribe(conn, frames, broker.destination(dead_letters(broker)), "dead", "auto",
                   selector=f"_AMQ_ORIG_QUEUE = '{queue}'")
         return poll(frames.messages, 30, f"the dead letter of {queue}")
     finally:

@@ -10,7 +10,14 @@ from clustermq.broker.nodes import Node
 from clustermq.broker.session import NodeSession
 from clustermq.options import ReadOptions
 from clustermq.read.messages import BufferedMessage
-from clustermq.read.slots import bucket_for_slot, last_per_slot, slot_count, slot_ids, slot_prefetch
+from clustermq.read.slots import (
+    bucket_for_slot,
+    last_per_slot,
+    queue_link_id,
+    slot_count,
+    slot_ids,
+    slot_prefetch,
+)
 from clustermq.read.stomp_link import Receiver, StompLink
 
 
@@ -25,6 +32,12 @@ def test_only_a_broker_that_hides_groups_gets_several_slots() -> None:
     # one subscription keeps the reader's old id and has no slot: its rows are spread as before
     assert slot_ids(2, 1) == {"clustermq-2": None}
     assert slot_ids(2, 3) == {"clustermq-2-0": 0, "clustermq-2-1": 1, "clustermq-2-2": 2}
+
+
+def test_a_single_queue_keeps_the_link_id_the_reader_always_used() -> None:
+    assert queue_link_id("clustermq-2-1", 0, 1) == "clustermq-2-1"
+    assert [queue_link_id("clustermq-2", j, 3) for j in range(3)] == [
+        "clustermq-2-q0", "clustermq-2-q1", "clustermq-2-q2"]
 
 
 def test_the_slots_share_the_node_prefetch() -> None:

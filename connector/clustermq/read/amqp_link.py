@@ -31,7 +31,7 @@ from clustermq.read.amqp_attach import FailingReceiver, connect, connection_dial
 from clustermq.read.amqp_message import message_fields
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
-from clustermq.read.slots import slot_prefetch
+from clustermq.read.slots import queue_link_id, slot_prefetch
 
 log = logging.getLogger("clustermq.subscription")
 
@@ -129,7 +129,7 @@ class AmqpLink(FailingReceiver):
         queues = self.sub.options.connection.queues
         for j, queue_name in enumerate(queues):
             address, options = queue_source(self._dialect, queue_name, self.sub.options.selector)
-            name = f"clustermq-{self.sub.index}" + (f"-q{j}" if len(queues) > 1 else "")
+            name = queue_link_id(f"clustermq-{self.sub.index}", j, len(queues))
             self._receivers[name] = (queue_name, event.container.create_receiver(
                 event.connection, address, name=name, options=options))
 

@@ -34,6 +34,12 @@ def slot_ids(node_index: int, slots: int) -> dict[str, int | None]:
     return {f"clustermq-{node_index}-{slot}": slot for slot in range(slots)}
 
 
+def queue_link_id(base: str, queue_index: int, queues: int) -> str:
+    """The id of a subscription (or AMQP receiver) ``base`` for the queue at ``queue_index`` of
+    option ``queue``: a single queue keeps ``base``, the id the reader always used."""
+    return base if queues == 1 else f"{base}-q{queue_index}"
+
+
 def slot_prefetch(prefetch: int, slots: int, slot: int | None) -> int:
     """Slot ``slot``'s share of ``prefetchPerNode``: the shares add up to the option (at least
     1 each), so the reader's memory bound and its per-node window stay what they were.

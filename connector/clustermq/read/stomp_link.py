@@ -22,7 +22,7 @@ from clustermq.broker.stomp_connection import HEARTBEAT_RECEIVE_SCALE
 from clustermq.options import ReadOptions
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
-from clustermq.read.slots import last_per_slot, slot_count, slot_ids, slot_prefetch
+from clustermq.read.slots import last_per_slot, queue_link_id, slot_count, slot_ids, slot_prefetch
 
 log = logging.getLogger("clustermq.subscription")
 
@@ -131,7 +131,7 @@ def open_stomp_link(owner: LinkOwner, generation: int) -> StompLink:
         queues = options.connection.queues
         # one subscription per group slot (several where the broker hides groups) and queue;
         # the node's prefetch window is shared between the queues as between the slots
-        subscriptions = [(sub_id if len(queues) == 1 else f"{sub_id}-q{j}", slot, queue)
+        subscriptions = [(queue_link_id(sub_id, j, len(queues)), slot, queue)
                          for j, queue in enumerate(queues) for sub_id, slot in slots.items()]
         receiver.slots = {sub_id: slot for sub_id, slot, _ in subscriptions}
         for k, (sub_id, _slot, queue) in enumerate(subscriptions):

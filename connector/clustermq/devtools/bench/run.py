@@ -80,7 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3,
                    help="alternating baseline/candidate runs per comparison (default 3)")
     p.add_argument("--no-delta", action="store_true", help="skip the queue_to_delta run")
-    p.add_argument("--latency-seconds", type=positive_number("--latency-seconds", "seconds"), default=latency.SEND_SECONDS,
+    p.add_argument("--latency-seconds", type=positive_number("--latency-seconds", "seconds"),
+                   default=latency.SEND_SECONDS,
                    help="the latency step's timed sending per query and rate (default "
                         f"{latency.SEND_SECONDS:.0f}; --scale does not change it)")
     p.add_argument("--steps", default=",".join(STEPS),
