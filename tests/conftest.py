@@ -82,11 +82,29 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+#: Ports of the suite's parallel workers (``make test`` runs ``pytest -n 2``): worker *i* chooses
+#: every port it needs (its clusters, proxies, Spark servers) from its own block, below the
+#: kernel's ephemeral range (32768-60999 on Linux), so two workers starting clusters at the same
+#: moment are never handed the same free port (clustermq.devtools.localcluster.ports).
+WORKER_PORTS_FROM = 20000
+WORKER_PORTS = 3000
+
+
+def _worker_port_range() -> None:
+    from clustermq.devtools.localcluster.ports import PORT_RANGE_ENV
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... (set by pytest-xdist)
+    if worker.startswith("gw") and PORT_RANGE_ENV not in os.environ:
+        low = WORKER_PORTS_FROM + int(worker[2:]) * WORKER_PORTS
+        os.environ[PORT_RANGE_ENV] = f"{low}-{low + WORKER_PORTS - 1}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A run stopped with SIGTERM (a CI timeout, ``kill``) would otherwise die without its
     # fixtures' teardown and leave its brokers and Spark servers running; as an interrupt,
     # pytest tears down as after Ctrl-C and every process is stopped by pid.
     signal.signal(signal.SIGTERM, _interrupt)
+    _worker_port_range()
     config.addinivalue_line(
         "markers",
         "flavors(*names): run only against these broker flavors; the test's other flavor "
@@ -133,6 +151,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("one_flavor"):
             wanted = (cluster_flavors()[0],)
         (drop if wanted and flavor and flavor not in wanted else keep).append(item)
+        _group_for_workers(item, flavor)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -142,6 +161,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         or "spark" in getattr(item, "fixturenames", ()) for item in items
     ):
         os.environ["SPARK_SUBMIT_OPTS"] = _spark_jvm_options(config)
+
+
+def _group_for_workers(item: pytest.Item, flavor: str | None) -> None:
+    """The worker a test runs on, under ``pytest -n N --dist loadgroup`` (``make test``).
+
+    A flavor's tests share one worker, which starts that flavor's session and module clusters
+    once; the two flavors run side by side, on a machine whose cores the serial suite left
+    mostly idle while brokers and Spark waited on each other. A test of no flavor goes with the
+    rest of its module, so a module's fixtures (a wheel, a Spark Connect server) start once.
+    """
+    group = flavor if flavor is not None else item.nodeid.split("::")[0]
+    item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
@@ -371,9 +402,7 @@ def broker(cluster: LocalCluster) -> Broker:
 
 @pytest.fixture
 def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    import socket
+    """A loopback port nothing listens on (bound, then released; in the worker's port range)."""
+    from clustermq.devtools.localcluster.ports import free_ports
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]

@@ -21,6 +21,7 @@ This is test tooling only: jobs and ``make bench`` run the JVM's defaults.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -110,6 +111,14 @@ def spark_archive(base_options: str, report: Callable[[str], None]) -> Path | No
     if archive.is_file():
         return archive
     CACHE.mkdir(parents=True, exist_ok=True)
+    # The suite's parallel workers collect at the same moment: one makes the archive, the
+    # others wait for it here instead of making it too.
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return archive if archive.is_file() else _make(archive, key, base_options, report)
+
+
+def _make(archive: Path, key: str, base_options: str, report: Callable[[str], None]) -> Path | None:
     work = CACHE / f".work-{os.getpid()}"
     partial = CACHE / f".spark-{key}.{os.getpid()}.jsa"
     env = dict(os.environ)

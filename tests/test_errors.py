@@ -217,9 +217,9 @@ def test_node_errors_survive_pickling_with_their_kind() -> None:
 
 # ----------------------------------------------------------------------------- unreachable nodes
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    from clustermq.devtools.localcluster.ports import free_ports
+
+    return free_ports(1)[0]
 
 
 @pytest.fixture

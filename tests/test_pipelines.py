@@ -444,12 +444,10 @@ def test_an_id_header_catches_copies_with_a_new_message_id(dspark: SparkSession,
 
 # ----------------------------------------------------------------------------- how jobs fail
 def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    import socket
+    """A loopback port nothing listens on (bound, then released; in the worker's port range)."""
+    from clustermq.devtools.localcluster.ports import free_ports
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @pytest.mark.parametrize("job", ["queue_to_parquet", "export_backlog"])

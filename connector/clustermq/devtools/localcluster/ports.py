@@ -4,25 +4,79 @@ Fixed well-known ports (61613, 61616) are often taken on a developer machine or 
 by default the kernel picks free ports (bind to port 0), a STOMP port and the next one for peers. A ``base_port`` gives a predictable
 layout instead: node *i* listens for STOMP on ``base + 10*i`` and for its peers on
 ``base + 10*i + 1``.
+
+A port chosen here is free when chosen and taken only when the broker starts, seconds later.
+Two processes choosing at once on one machine (the test suite's parallel workers, each starting
+clusters) could both be handed a port the kernel freed in between; ``CLUSTERMQ_PORT_RANGE``
+(``LOW-HIGH``) gives a process a range of its own to choose from instead, walked from a random
+start so that processes sharing a range rarely meet.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import socket
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 HOST = "127.0.0.1"
 PORT_STRIDE = 10
+PORT_RANGE_ENV = "CLUSTERMQ_PORT_RANGE"
+
+#: where the walk through ``CLUSTERMQ_PORT_RANGE`` stands, per range: a port handed out is not
+#: handed out again until the walk has gone round the whole range
+_cursors: dict[range, int] = {}
+
+
+def port_range() -> range | None:
+    """The ports ``CLUSTERMQ_PORT_RANGE`` allows (``None``: unset, the kernel chooses)."""
+    raw = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not raw:
+        return None
+    low, _, high = raw.partition("-")
+    try:
+        ports = range(int(low), int(high) + 1)
+    except ValueError:
+        ports = range(0)
+    if len(ports) < 2 or ports.start < 1 or ports.stop > 65536:
+        raise ValueError(f"{PORT_RANGE_ENV}={raw!r}: use LOW-HIGH, two ports 1-65535 with LOW < HIGH")
+    return ports
+
+
+def _candidates() -> Iterator[int]:
+    """Ports to try binding: 0 (the kernel's choice) without a range, else the range once round."""
+    ports = port_range()
+    if ports is None:
+        while True:
+            yield 0
+    cursor = _cursors.get(ports, random.randrange(len(ports)))
+    for _ in range(len(ports)):
+        cursor = (cursor + 1) % len(ports)
+        _cursors[ports] = cursor
+        yield ports[cursor]
+    raise RuntimeError(f"{PORT_RANGE_ENV}: no free port left in {ports.start}-{ports.stop - 1}")
+
+
+def _bind(stack: ExitStack, host: str, port: int) -> int | None:
+    """Bind ``port`` (0: any) and hold it in ``stack``; the port bound, or None if taken."""
+    sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    try:
+        sock.bind((host, port))
+    except OSError:
+        return None
+    return int(sock.getsockname()[1])
 
 
 def free_ports(count: int, host: str = HOST) -> list[int]:
     """``count`` distinct ports that were free a moment ago (all held open while choosing)."""
     with ExitStack() as stack:
         ports: list[int] = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((host, 0))
-            ports.append(sock.getsockname()[1])
+        candidates = _candidates()
+        while len(ports) < count:
+            port = _bind(stack, host, next(candidates))
+            if port is not None:
+                ports.append(port)
         return ports
 
 
@@ -32,20 +86,16 @@ def free_port_pairs(count: int, host: str = HOST) -> list[tuple[int, int]]:
     Adjacent, so a node's peer port is its STOMP port plus one on every node: the convention
     cluster discovery relies on (clustermq.broker.discovery).
     """
+    allowed = port_range()
     with ExitStack() as stack:
         pairs: list[tuple[int, int]] = []
+        candidates = _candidates()
         while len(pairs) < count:
-            low = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            low.bind((host, 0))
-            port = low.getsockname()[1]
-            if port >= 65535:
+            port = _bind(stack, host, next(candidates))
+            if port is None or port >= 65535 or (allowed is not None and port + 1 not in allowed):
                 continue
-            high = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            try:
-                high.bind((host, port + 1))
-            except OSError:
-                continue
-            pairs.append((port, port + 1))
+            if _bind(stack, host, port + 1) is not None:
+                pairs.append((port, port + 1))
         return pairs
 
 
