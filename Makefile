@@ -36,12 +36,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Two workers (pytest-xdist), one per broker flavor, each with its own clusters and Spark
-# session; a test of no flavor runs with the rest of its module (tests/conftest.py). TEST_WORKERS=0
-# runs everything in one process.
+# session; a test of no flavor runs with the rest of its module (tests/conftest.py,
+# worker_group). TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 test: setup lint
 	$(BIN)/python -m pytest -q --tb=short --durations=30 --basetemp=.cache/pytest \
-		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
 # Every test that needs no broker and no Spark, chosen by marker (tests/conftest.py marks a test
 # by the processes its fixtures start): seconds, run them often.

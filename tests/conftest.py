@@ -7,7 +7,7 @@ import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -151,7 +151,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("one_flavor"):
             wanted = (cluster_flavors()[0],)
         (drop if wanted and flavor and flavor not in wanted else keep).append(item)
-        _group_for_workers(item, flavor)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -163,16 +162,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         os.environ["SPARK_SUBMIT_OPTS"] = _spark_jvm_options(config)
 
 
-def _group_for_workers(item: pytest.Item, flavor: str | None) -> None:
-    """The worker a test runs on, under ``pytest -n N --dist loadgroup`` (``make test``).
+def worker_group(nodeid: str) -> str:
+    """Which tests run on one worker under ``pytest -n N`` (``make test``): a flavor's, or a module's.
 
     A flavor's tests share one worker, which starts that flavor's session and module clusters
-    once; the two flavors run side by side, on a machine whose cores the serial suite left
-    mostly idle while brokers and Spark waited on each other. A test of no flavor goes with the
-    rest of its module, so a module's fixtures (a wheel, a Spark Connect server) start once.
+    once; the two flavors run side by side, on a machine whose cores the serial suite left idle
+    about half the time while brokers and Spark waited on each other. A test of no flavor goes
+    with the rest of its module, so a module's fixtures (a wheel, a Spark Connect server) start
+    once. Read from the test id (the scheduler sees ids only): the flavor is the cluster
+    fixture's parameter, one of the ``-``-separated parts in ``[...]``.
     """
-    group = flavor if flavor is not None else item.nodeid.split("::")[0]
-    item.add_marker(pytest.mark.xdist_group(group))
+    path, _, rest = nodeid.partition("::")
+    params = rest[rest.find("[") + 1:-1] if rest.endswith("]") else ""
+    return next((part for part in params.split("-") if part in ALL_FLAVORS), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduler with ``worker_group`` as the scope: the largest groups
+    (the flavors) go out first, one per worker, and a worker that finishes takes the modules
+    left. (xdist's own ``--dist loadgroup`` marks do not reach pytest 9's test ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFlavor(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return ByFlavor(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
