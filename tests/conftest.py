@@ -82,7 +82,7 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-#: Ports of the suite's parallel workers (``make test`` runs ``pytest -n 2``): worker *i* chooses
+#: Ports of the suite's parallel workers (``make test TEST_WORKERS=2``): worker *i* chooses
 #: every port it needs (its clusters, proxies, Spark servers) from its own block, below the
 #: kernel's ephemeral range (32768-60999 on Linux), so two workers starting clusters at the same
 #: moment are never handed the same free port (clustermq.devtools.localcluster.ports).
@@ -163,7 +163,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def worker_group(nodeid: str) -> str:
-    """Which tests run on one worker under ``pytest -n N`` (``make test``): a flavor's, or a module's.
+    """Which tests run on one worker under ``pytest -n N``: a flavor's, or a module's.
 
     A flavor's tests share one worker, which starts that flavor's session and module clusters
     once; the two flavors run side by side, on a machine whose cores the serial suite left idle

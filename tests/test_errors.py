@@ -32,6 +32,7 @@ import pytest
 from clustermq import errors
 from clustermq.broker.nodes import Node
 from clustermq.broker.stomp_connection import open_connection
+from clustermq.devtools.localcluster.ports import free_ports
 from clustermq.errors import (
     DNS,
     REFUSED,
@@ -216,12 +217,6 @@ def test_node_errors_survive_pickling_with_their_kind() -> None:
 
 
 # ----------------------------------------------------------------------------- unreachable nodes
-def free_port() -> int:
-    from clustermq.devtools.localcluster.ports import free_ports
-
-    return free_ports(1)[0]
-
-
 @pytest.fixture
 def silent_peer() -> Iterator[int]:
     """A port that accepts TCP connections and never says a word: a hung node, not a broker."""
@@ -263,19 +258,18 @@ def unreachable(options: ReadOptions) -> NodeUnavailable:
     return err.value
 
 
-def test_a_closed_port_is_refused() -> None:
-    port = free_port()
+def test_a_closed_port_is_refused(free_port: int) -> None:
     started = time.monotonic()
-    err = unreachable(read_options(f"127.0.0.1:{port}"))
+    err = unreachable(read_options(f"127.0.0.1:{free_port}"))
     assert err.kind == REFUSED and time.monotonic() - started < 5
-    assert str(err).startswith(f"broker node 127.0.0.1:{port}: [refused] nothing accepts connections")
+    assert str(err).startswith(f"broker node 127.0.0.1:{free_port}: [refused] nothing accepts connections")
     assert "Connection refused" in str(err)  # the raw reason
 
 
-def test_a_closed_port_is_refused_with_a_tiny_timeout_too() -> None:
+def test_a_closed_port_is_refused_with_a_tiny_timeout_too(free_port: int) -> None:
     """stomp.py sleeps ~0.2 s after a failed attempt: longer than a tiny connectTimeout, which
     must not make a refusal look like a timeout."""
-    err = unreachable(read_options(f"127.0.0.1:{free_port()}", connecttimeout="50"))
+    err = unreachable(read_options(f"127.0.0.1:{free_port}", connecttimeout="50"))
     assert err.kind == REFUSED, err
 
 
@@ -332,7 +326,7 @@ def test_tls_to_a_port_that_does_not_answer_tls_is_tls(silent_peer: int) -> None
 
 
 def test_a_failover_group_names_each_member_and_one_kind() -> None:
-    a, b = free_port(), free_port()
+    a, b = free_ports(2)
     err = unreachable(read_options(f"masterslave:(127.0.0.1:{a},127.0.0.1:{b})"))
     assert err.kind == REFUSED
     assert f"127.0.0.1:{a}: [refused]" in str(err) and f"127.0.0.1:{b}: [refused]" in str(err)
@@ -340,7 +334,8 @@ def test_a_failover_group_names_each_member_and_one_kind() -> None:
 
 def cluster_of_every_kind(silent_peer: int) -> tuple[str, list[tuple[str, str]]]:
     """A ``brokers`` value whose nodes fail in three different ways, and what each must say."""
-    refused = f"127.0.0.1:{free_port()}"
+    (closed,) = free_ports(1)
+    refused = f"127.0.0.1:{closed}"
     expected = [(refused, "[refused]"), ("no-such-host.invalid:61613", "[DNS]"),
                 (f"127.0.0.1:{silent_peer}", "[timeout]")]
     return ",".join(name for name, _ in expected), expected
@@ -415,8 +410,8 @@ def test_the_amqp_link_names_each_node_and_why() -> None:
     pytest.importorskip("proton")
     from clustermq.read.consumer import ClusterConsumer
 
-    stomp, amqp = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    options = read_options(f"{stomp},127.0.0.1:{free_port()}", transport="amqp",
+    stomp, other, amqp = (f"127.0.0.1:{port}" for port in free_ports(3))
+    options = read_options(f"{stomp},{other}", transport="amqp",
                            amqpbrokers=f"{amqp},no-such-host.invalid:5672")
     consumer = ClusterConsumer(options)
     try:

@@ -443,22 +443,15 @@ def test_an_id_header_catches_copies_with_a_new_message_id(dspark: SparkSession,
 
 
 # ----------------------------------------------------------------------------- how jobs fail
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released; in the worker's port range)."""
-    from clustermq.devtools.localcluster.ports import free_ports
-
-    return free_ports(1)[0]
-
-
 @pytest.mark.parametrize("job", ["queue_to_parquet", "export_backlog"])
 def test_a_job_against_an_unreachable_cluster_fails_in_one_line_naming_the_node(
-    job: str, tmp_path: Path
+    job: str, tmp_path: Path, free_port: int
 ) -> None:
     """The reader's error, raised where Spark runs Python (the streaming source's runner, the
     batch read's planner), reaches the operator as one line naming the node, exit 1, and no
     traceback: neither the job's own nor the one Spark would log for the failed query or
     write."""
-    node = f"127.0.0.1:{closed_port()}"
+    node = f"127.0.0.1:{free_port}"
     args = {
         "queue_to_parquet": ["--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "cp"),
                              "--trigger", "availableNow"],

@@ -44,9 +44,8 @@ def port_range() -> range | None:
     return ports
 
 
-def _candidates() -> Iterator[int]:
+def _candidates(ports: range | None) -> Iterator[int]:
     """Ports to try binding: 0 (the kernel's choice) without a range, else the range once round."""
-    ports = port_range()
     if ports is None:
         while True:
             yield 0
@@ -72,7 +71,7 @@ def free_ports(count: int, host: str = HOST) -> list[int]:
     """``count`` distinct ports that were free a moment ago (all held open while choosing)."""
     with ExitStack() as stack:
         ports: list[int] = []
-        candidates = _candidates()
+        candidates = _candidates(port_range())
         while len(ports) < count:
             port = _bind(stack, host, next(candidates))
             if port is not None:
@@ -89,7 +88,7 @@ def free_port_pairs(count: int, host: str = HOST) -> list[tuple[int, int]]:
     allowed = port_range()
     with ExitStack() as stack:
         pairs: list[tuple[int, int]] = []
-        candidates = _candidates()
+        candidates = _candidates(allowed)
         while len(pairs) < count:
             port = _bind(stack, host, next(candidates))
             if port is None or port >= 65535 or (allowed is not None and port + 1 not in allowed):
