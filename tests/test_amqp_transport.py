@@ -185,15 +185,16 @@ def test_a_batch_read_over_amqp_browses_every_node_and_consumes_nothing(
 ) -> None:
     """``spark.read`` with ``transport=amqp`` (a copy-mode receiver per node; Artemis has no
     STOMP browse): every one of 3,000 messages once, each from the node that holds it, and every
-    node's depth the same afterwards."""
+    node's depth the same afterwards; with ``includeDeliveryCount`` the column too."""
     queue = new_queue("amqpbrowse")
     broker.produce(queue, 3000, groups=30)
     before = broker.settled_depths(queue)
-    rows = (spark.read.format("clustermq").options(**amqp_options(broker, queue)).load()
-            .select("node", F.col("headers")["loadgen_id"].alias("id")).collect())
+    rows = (spark.read.format("clustermq").options(**amqp_options(broker, queue, includeDeliveryCount="true"))
+            .load().select("node", F.col("headers")["loadgen_id"].alias("id"), "delivery_count").collect())
     per_node: dict[str, int] = {}
     for r in rows:
         per_node[r["node"]] = per_node.get(r["node"], 0) + 1
     assert sorted(int(r["id"]) for r in rows) == list(range(3000))
+    assert {r["delivery_count"] for r in rows} == {1}  # never delivered before
     assert per_node == {name: d for name, d in before.items() if d}, (per_node, before)
     assert broker.settled_depths(queue) == before

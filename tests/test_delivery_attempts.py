@@ -211,3 +211,48 @@ def test_a_batch_that_keeps_failing_costs_artemis_its_first_message_not_the_pois
                          acknowledged=lambda: node_depth(broker, queue) == 0) is None, (
             f"the forgiving run failed; depths {broker.depths(queue)}")
         assert written() == list(range(BATCH_MESSAGES)), written()
+
+
+
+def test_the_delivery_count_column_shows_what_each_broker_counts_of_a_failing_query_over_amqp(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    """``includeDeliveryCount`` over AMQP, a query that fails on a poison message every run.
+
+    Every run subscribes to the one node that holds the messages and receives all of them (20,
+    within its prefetch), then fails and closes its connection without acknowledging them.
+    Classic counts that as a delivery of each: the rows of run *r* carry ``delivery_count``
+    *r* + 1. Artemis counts none of it: a consumer that closes cleanly gives its unacknowledged
+    messages back uncounted (over STOMP it counts the first one, see the test above), so the
+    rows carry 1 in every run and nothing nears ``max-delivery-attempts``. Either way nothing
+    leaves the queue: every message not committed is still on the node, none dead-lettered.
+    """
+    queue = f"test.counted.{uuid.uuid4().hex[:8]}"
+    broker.produce(queue, BATCH_MESSAGES, nodes=[NODE])
+    dead_before = node_depth(broker, dead_letters(broker))
+    runs: list[list[tuple[int, int]]] = []  # per run: (loadgen id, delivery_count) of every row
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        rows = [(int(r[0]), r[1]) for r in
+                batch.select(F.col("headers")["loadgen_id"], "delivery_count").collect()]
+        runs[-1].extend(rows)
+        if any(i == POISON_ID for i, _ in rows):
+            raise ValueError(f"poison message {POISON_ID} in batch {batch_id}")
+
+    options = broker.reader_options(
+        queue, brokers=broker.cluster.brokers.split(",")[NODE], transport="amqp",
+        amqpBrokers=broker.cluster.amqp_brokers.split(",")[NODE], includeDeliveryCount="true",
+        maxMessagesPerTrigger=100, replayTimeout=3000)
+    for run in range(3):
+        runs.append([])
+        failure = run_query(spark, options, sink, tmp_path / "checkpoint", None)
+        assert failure is not None and f"poison message {POISON_ID}" in failure, (
+            f"run {run + 1} did not fail on the poison message: {(failure or 'committed')[:800]}")
+    counts = [sorted({c for _, c in rows}) for rows in runs]
+    print(f"\n[{broker.flavor}] delivery_count per run over AMQP: {counts}; rows per run "
+          f"{[len(rows) for rows in runs]}")
+    expected = [[run + 1] for run in range(3)] if broker.flavor == "classic" else [[1]] * 3
+    assert counts == expected, (counts, runs)
+    committed = {i for rows in runs for i, _ in rows} - {i for i, _ in runs[-1]}
+    assert node_depth(broker, queue) == BATCH_MESSAGES - len(committed), broker.depths(queue)
+    assert node_depth(broker, dead_letters(broker)) == dead_before, broker.depths(dead_letters(broker))

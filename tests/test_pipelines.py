@@ -245,6 +245,22 @@ def test_replay_of_a_committed_batch_with_other_messages_keeps_every_message_onc
                             "ingest_time", "batch_id"]
 
 
+def test_a_table_of_a_reader_with_delivery_counts_keeps_the_column(
+    dspark: SparkSession, tmp_path: Path
+) -> None:
+    """``--option includeDeliveryCount=true`` adds ``delivery_count`` to the reader's rows; the
+    sink keeps it, after the reader's other columns, instead of dropping it."""
+    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
+
+    path = str(tmp_path / "table")
+    writer = IdempotentDeltaWriter(path)
+    writer.set_app_id("app-counted")
+    writer(reader_rows(dspark, list(range(5)), True).withColumn("delivery_count", F.lit(3)), 0)
+    rows = dspark.read.format("delta").load(path)
+    assert rows.columns[-3:] == ["ingest_time", "batch_id", "delivery_count"]
+    assert sorted(r[0] for r in rows.select("delivery_count").collect()) == [3] * 5
+
+
 def test_a_key_with_any_redelivered_copy_in_a_batch_is_checked_against_the_table(
     dspark: SparkSession, tmp_path: Path
 ) -> None:

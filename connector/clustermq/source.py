@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 from clustermq.errors import OptionError
 from clustermq.options import ReadOptions, WriteOptions
 from clustermq.options.table import MODE
-from clustermq.read.schema import READ_SCHEMA_DDL
+from clustermq.read.schema import read_schema_ddl
 
 
 class ClusterMQDataSource(DataSource):
@@ -33,8 +33,7 @@ class ClusterMQDataSource(DataSource):
     def schema(self) -> str:
         # Spark asks for the schema only when a read is defined (``load()``): validating the
         # read options here makes a bad option fail there, before any message is consumed.
-        ReadOptions.parse(self.options)
-        return READ_SCHEMA_DDL
+        return read_schema_ddl(ReadOptions.parse(self.options).include_delivery_count)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """Batch read: a browse snapshot of every node (option ``mode``, default ``browse``)."""

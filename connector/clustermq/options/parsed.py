@@ -16,6 +16,7 @@ from clustermq.options.table import (
     BROWSE_IDLE_TIMEOUT,
     DISCOVERY,
     HEADERS_FROM_COLUMNS,
+    INCLUDE_DELIVERY_COUNT,
     LOAD_BALANCING_POLICY,
     MAX_BYTES_PER_TRIGGER,
     MAX_MESSAGES_PER_TRIGGER,
@@ -60,6 +61,8 @@ class ReadOptions:
     amqp_nodes: tuple[tuple[str, Node], ...] = ()
     #: the JMS selector every subscription and browse carries (``selector``); None: every message
     selector: str | None = None
+    #: rows carry ``delivery_count`` (``includeDeliveryCount``; AMQP only)
+    include_delivery_count: bool = False
 
     def amqp_node(self, name: str) -> Node:
         """The AMQP endpoint (``amqpBrokers``) of the node ``name`` of ``brokers``."""
@@ -72,6 +75,12 @@ class ReadOptions:
         max_messages = MAX_MESSAGES_PER_TRIGGER.read(raw)
         max_bytes = MAX_BYTES_PER_TRIGGER.read(raw)
         prefetch = PREFETCH_PER_NODE.read_or(raw, default_prefetch(max_messages))
+        transport = TRANSPORT.read(raw)
+        delivery_count = INCLUDE_DELIVERY_COUNT.read(raw)
+        if delivery_count and transport != "amqp":
+            raise INCLUDE_DELIVERY_COUNT.error(
+                f"needs {TRANSPORT.name}=amqp (it is '{transport}'): the brokers' STOMP frames carry "
+                "no delivery count, only 'redelivered'")
         return cls(
             connection=conn,
             num_partitions=NUM_PARTITIONS.read_or(raw, len(conn.nodes)),
@@ -87,9 +96,10 @@ class ReadOptions:
             discovery=DISCOVERY.read(raw),
             partitions_per_node=NUM_PARTITIONS.key not in raw,
             priority_nodes=tuple(conn.nodes[i].name for i in _priority(raw, conn.nodes)),
-            transport=TRANSPORT.read(raw),
-            amqp_nodes=parse_amqp_nodes(raw, conn.nodes, TRANSPORT.read(raw), DISCOVERY.read(raw)),
+            transport=transport,
+            amqp_nodes=parse_amqp_nodes(raw, conn.nodes, transport, DISCOVERY.read(raw)),
             selector=SELECTOR.read(raw),
+            include_delivery_count=delivery_count,
         )
 
 

@@ -85,6 +85,7 @@ DISCOVERY = Choice("discovery", default="none", allowed=("none", "cluster"), mea
 PRIORITY_NODES = Text("priorityNodes", shown="none: every node", meaning="Comma-separated nodes of `brokers`, written as there (a pair as its `masterslave:(...)` group), preferred over the others. Writer: they get every message while one of them is reachable, balanced over them by `loadBalancingPolicy` (rows with a group id by their group's hash over them); the other nodes get messages only while none of these is reachable. Each task and micro-batch tries them first again. Streaming reader: consumes from them, and from the others only while none of these is connected (the network forwards the others' messages to them); within a micro-batch of one coming back it stops reading the others, after acknowledging what it planned from them. Browse reads every node.")
 TRANSPORT = Choice("transport", default="stomp", allowed=TRANSPORTS, applies_to="read", meaning="Reader and browse: `stomp` or `amqp` (AMQP 1.0 to `amqpBrokers`, python-qpid-proton). `amqp` fills `group_id` with a JMS producer's group on Classic too and `message_id` with the JMS message id (`ID:...`) on Artemis too, but costs several times the CPU per message (measured in `make bench`; see Compatibility); a browse over `amqp` works on Artemis too. Depth probes and the writer always use STOMP.")
 AMQP_BROKERS = Text("amqpBrokers", shown="none", applies_to="read", meaning="With `transport=amqp` (required there, refused otherwise): the AMQP 1.0 endpoint `host:port` of every node of `brokers`, in the same order, a pair as `masterslave:(...)` with its members in the same order. Plain TCP with SASL PLAIN (TLS not supported); not with `discovery=cluster`.")
+INCLUDE_DELIVERY_COUNT = Bool("includeDeliveryCount", default=False, applies_to="read", meaning="Reader and browse, with `transport=amqp` (refused otherwise: neither broker's STOMP frames carry the count, only `redelivered`): add the column `delivery_count` (int), how many times the broker has delivered the message, this delivery included (JMS `JMSXDeliveryCount`; 1 the first time). It shows a message that keeps coming back nearing the broker's limit (Artemis `max-delivery-attempts`, docs/broker-behaviour.md).")
 
 OPTIONS: tuple[Option[Any], ...] = (
     BROKERS, QUEUE, FLAVOR, USERNAME, PASSWORD, NUM_PARTITIONS, MAX_MESSAGES_PER_TRIGGER,
@@ -93,7 +94,7 @@ OPTIONS: tuple[Option[Any], ...] = (
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
     HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, WRITE_MODE, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY,
-    PRIORITY_NODES, TRANSPORT, AMQP_BROKERS, SELECTOR,
+    PRIORITY_NODES, TRANSPORT, AMQP_BROKERS, SELECTOR, INCLUDE_DELIVERY_COUNT,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}

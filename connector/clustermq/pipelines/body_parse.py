@@ -15,7 +15,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from clustermq.errors import JobConfigError
-from clustermq.pipelines.table_columns import CORRUPT_COLUMN, TABLE_COLUMNS, WORKING_COLUMNS
+from clustermq.pipelines.table_columns import (
+    CORRUPT_COLUMN,
+    OPTIONAL_READER_COLUMNS,
+    TABLE_COLUMNS,
+    WORKING_COLUMNS,
+)
 
 PARSE_FORMATS = ("json",)
 _PARSED = "_clustermq_parsed"  # the parse result while a batch is processed; never written
@@ -51,7 +56,8 @@ class BodyParse:
             raise JobConfigError(f"schema '{self.schema}' is not a Spark DDL schema: {first}") from None
         if not isinstance(parsed, StructType) or not parsed.fields:
             raise JobConfigError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
-        taken = {c.lower() for c in TABLE_COLUMNS} | {*WORKING_COLUMNS, _PARSED, self.corrupt_column.lower()}
+        taken = ({c.lower() for c in (*TABLE_COLUMNS, *OPTIONAL_READER_COLUMNS)}
+                 | {*WORKING_COLUMNS, _PARSED, self.corrupt_column.lower()})
         clash = [f.name for f in parsed.fields if f.name.lower() in taken]
         if clash:
             raise JobConfigError(

@@ -61,6 +61,7 @@ from clustermq.pipelines.table_columns import (
     COPIES,
     CORRUPT_COLUMN,
     KEY,
+    OPTIONAL_READER_COLUMNS,
     TABLE_COLUMNS,
     WORKING_COLUMNS,
 )
@@ -193,8 +194,8 @@ class IdempotentDeltaWriter:
             raise JobConfigError(f"dedupe (--dedupe) must be one of {', '.join(DEDUPE_SCOPES)}, got {dedupe!r}")
         self.path = path
         self.parse = parse
-        #: the table's columns; a parse adds its columns and ``_corrupt`` (set in __call__,
-        #: where a SparkSession exists to read the DDL)
+        #: the table's columns; reader columns an option adds and a parse's columns (with
+        #: ``_corrupt``) join them in __call__, where the batch and a SparkSession exist
         self.columns: tuple[str, ...] = TABLE_COLUMNS
         self.dedupe = dedupe
         self.id_header = id_header
@@ -240,8 +241,8 @@ class IdempotentDeltaWriter:
             # partitions, hence the files each append writes.
             spark.conf.set(ADAPTIVE_CACHED_PARTITIONS, "true")
         self._first = False
-        if self.parse is not None:
-            self.columns = TABLE_COLUMNS + self.parse.columns()
+        optional = tuple(c for c in OPTIONAL_READER_COLUMNS if c in batch.columns)
+        self.columns = TABLE_COLUMNS + optional + (self.parse.columns() if self.parse else ())
         # Persisted so that the write sees the rows the counts saw without reading the source
         # again, and the same ingest_time (current_timestamp is evaluated per query).
         unique = self._unique(batch, batch_id).persist(StorageLevel.MEMORY_AND_DISK)

@@ -11,6 +11,8 @@ READER_COLUMNS = (
     "timestamp", "headers", "body",
 )
 TABLE_COLUMNS = READER_COLUMNS + ("ingest_time", "batch_id")
+#: reader columns an option adds (``includeDeliveryCount``): in the table when the rows have them
+OPTIONAL_READER_COLUMNS = ("delivery_count",)
 KEY = "_clustermq_key"  # the de-duplication key while a batch is processed; never written
 COPIES = "_clustermq_copies"  # rows of the batch with that key; never written
 ANY_REDELIVERED = "_clustermq_any_redelivered"  # some copy was flagged redelivered; never written

@@ -137,7 +137,7 @@ def _copies(node: Node, container: Container, browser: _Browser, options: ReadOp
     seen, last = 0, time.monotonic()
     next_check = last + QUIET_S
     chunk: list[BufferedMessage] = []
-    group_header = options.connection.group_id_header
+    group_header, counts = options.connection.group_id_header, options.include_delivery_count
     while True:
         container.process()
         if browser.failure is not None:
@@ -151,7 +151,7 @@ def _copies(node: Node, container: Container, browser: _Browser, options: ReadOp
             browser.copies = []
             last, next_check = now, now + QUIET_S
             if len(chunk) >= CHUNK:
-                yield snapshot_batch(node, chunk, browser.dialect, group_header)
+                yield snapshot_batch(node, chunk, browser.dialect, group_header, counts)
                 chunk = []
             continue
         if now >= next_check:
@@ -167,6 +167,6 @@ def _copies(node: Node, container: Container, browser: _Browser, options: ReadOp
                 f"nothing for {options.browse_idle_timeout_s:.0f} s after {seen} messages "
                 "(option browseIdleTimeout)")
     if chunk:
-        yield snapshot_batch(node, chunk, browser.dialect, group_header)
+        yield snapshot_batch(node, chunk, browser.dialect, group_header, counts)
     log.info("node %s: AMQP browse saw %d copies", node.name, seen)
     return seen

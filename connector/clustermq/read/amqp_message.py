@@ -3,13 +3,18 @@
 The properties go under the names the STOMP path and the dialects read (``message-id``,
 ``priority``, ``timestamp`` in ms, ``redelivered``, ``JMSXGroupID``), the application
 properties under their own names, as text; so a row looks the same whichever ``transport``
-read it, except that over AMQP the group and the JMS message id are always there.
+read it, except that over AMQP the group and the JMS message id are always there, and so is
+the delivery count (``JMSXDeliveryCount``), which no STOMP frame carries.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+#: JMS's name for the delivery count, 1 on the first delivery: AMQP's header counts the
+#: attempts before this one (``delivery-count``), so it is that plus one
+DELIVERY_COUNT_HEADER = "JMSXDeliveryCount"
 
 
 def message_fields(message: Any, destination: str) -> tuple[dict[str, str], bytes]:
@@ -32,6 +37,7 @@ def message_fields(message: Any, destination: str) -> tuple[dict[str, str], byte
         "timestamp": round(message.creation_time * 1000) if message.creation_time else None,
         "expires": round(message.expiry_time * 1000) if message.expiry_time else None,
         "redelivered": "true" if message.delivery_count else None,
+        DELIVERY_COUNT_HEADER: (message.delivery_count or 0) + 1,
     }
     for key, value in named.items():
         if value is not None and value != "":

@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from clustermq.groups import bucket_for_group, bucket_for_ungrouped
-from clustermq.read.schema import from_ipc, rows_batch, to_ipc
+from clustermq.read.schema import arrow_schema, from_ipc, rows_batch, to_ipc
 from clustermq.read.slots import bucket_for_slot
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ def plan_partitions(
     """Bucket every node's rows by group hash into ``numPartitions`` partitions (see
     :func:`bucket_rows`)."""
     sources = [(sub.node.name, sub.dialect) for sub in consumer.subscriptions]
-    return bucket_rows(sources, taken, options.num_partitions, options.connection.group_id_header)
+    return bucket_rows(sources, taken, options.num_partitions, options.connection.group_id_header,
+                       options.include_delivery_count)
 
 
 def bucket_rows(
@@ -52,6 +53,7 @@ def bucket_rows(
     taken: list[tuple[int, list[BufferedMessage]]],
     n: int,
     header: str,
+    delivery_count: bool = False,
 ) -> list[MessagesPartition]:
     """Bucket rows by group hash into ``n`` partitions; a row whose group the broker does not
     show goes by its group slot (read/slots.py). ``sources`` names each node index's node and
@@ -80,10 +82,11 @@ def bucket_rows(
             buckets[p][1].append(group)
         for p, (rows, groups) in enumerate(buckets):
             if rows:
-                per_partition[p].append(rows_batch(node_name, rows, groups, dialect))
+                per_partition[p].append(rows_batch(node_name, rows, groups, dialect, delivery_count))
                 counts[p] += len(rows)
     return [
-        MessagesPartition(p, counts[p], to_ipc(per_partition[p])) for p in range(n)
+        MessagesPartition(p, counts[p], to_ipc(per_partition[p], arrow_schema(delivery_count)))
+        for p in range(n)
     ]
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from clustermq.broker.dialect import BrokerDialect
+from clustermq.read.amqp_message import DELIVERY_COUNT_HEADER
 from clustermq.read.columns import (
     binary_column,
     bool_column,
@@ -44,6 +45,20 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
+#: the opt-in column (``includeDeliveryCount``), last so that the others keep their places
+DELIVERY_COUNT = pa.field("delivery_count", pa.int32())
+ARROW_SCHEMA_WITH_DELIVERY_COUNT = ARROW_SCHEMA.append(DELIVERY_COUNT)
+
+
+def read_schema_ddl(delivery_count: bool) -> str:
+    """The reader's schema, with ``delivery_count`` when the options ask for it."""
+    return f"{READ_SCHEMA_DDL}, {DELIVERY_COUNT.name} int" if delivery_count else READ_SCHEMA_DDL
+
+
+def arrow_schema(delivery_count: bool) -> pa.Schema:
+    return ARROW_SCHEMA_WITH_DELIVERY_COUNT if delivery_count else ARROW_SCHEMA
+
+
 def _int_or_none(text: str | None) -> int | None:
     if text is None or text == "":
         return None
@@ -58,21 +73,27 @@ def to_record_batch(
     messages: Iterable[BufferedMessage],
     dialect: BrokerDialect,
     group_header: str,
+    delivery_count: bool = False,
 ) -> tuple[pa.RecordBatch, list[str | None]]:
     """One node's messages as a record batch, plus each row's group id (for bucketing)."""
     rows = list(messages)
     groups = [dialect.group_id(m.headers, group_header) for m in rows]
-    return rows_batch(node_name, rows, groups, dialect), groups
+    return rows_batch(node_name, rows, groups, dialect, delivery_count), groups
 
 
 def rows_batch(
-    node_name: str, rows: list[BufferedMessage], groups: list[str | None], dialect: BrokerDialect
+    node_name: str, rows: list[BufferedMessage], groups: list[str | None], dialect: BrokerDialect,
+    delivery_count: bool = False,
 ) -> pa.RecordBatch:
     """``rows`` of one node as a record batch; ``groups`` holds each row's group id."""
     timestamps = []
     for m in rows:
         millis = _int_or_none(m.headers.get("timestamp"))
         timestamps.append(None if not millis else millis * 1000)
+    counts = []
+    if delivery_count:
+        counts.append(int_column([_int_or_none(m.headers.get(DELIVERY_COUNT_HEADER)) for m in rows],
+                                 DELIVERY_COUNT.type))
     return pa.RecordBatch.from_arrays(
         [
             repeated_string_column(node_name, len(rows)),
@@ -85,14 +106,15 @@ def rows_batch(
             int_column(timestamps, ARROW_SCHEMA.field("timestamp").type),
             string_map_column([m.headers for m in rows]),
             binary_column([m.body for m in rows]),
+            *counts,
         ],
-        schema=ARROW_SCHEMA,
+        schema=arrow_schema(delivery_count),
     )
 
 
-def to_ipc(batches: list[pa.RecordBatch]) -> bytes:
+def to_ipc(batches: list[pa.RecordBatch], schema: pa.Schema = ARROW_SCHEMA) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
+    with pa.ipc.new_stream(sink, schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
     return sink.getvalue().to_pybytes()

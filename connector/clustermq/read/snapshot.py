@@ -55,7 +55,7 @@ def check_complete(node: Node, seen: int, depth_before: int | None, options: Rea
 
 
 def snapshot_batch(node: Node, messages: list[BufferedMessage], dialect: BrokerDialect,
-                   group_header: str) -> pa.RecordBatch:
+                   group_header: str, delivery_count: bool = False) -> pa.RecordBatch:
     """Browsed messages as one Arrow batch of the reader's schema."""
-    batch, _ = to_record_batch(node.name, messages, dialect, group_header)
+    batch, _ = to_record_batch(node.name, messages, dialect, group_header, delivery_count)
     return batch
