@@ -456,6 +456,63 @@ def test_poison_messages_are_kept_in_corrupt_never_dropped(
     assert broker.wait_depth_zero(queue) == zero(broker)
 
 
+def test_with_a_park_queue_what_the_table_refuses_is_parked_and_the_rest_written(
+    spark: SparkSession, broker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """queue_to_delta --parse json --park-queue (the job's own flags and run, in this process's
+    Spark session) into a table created beforehand with a CHECK constraint and a NOT NULL
+    column. Without the park queue Delta would refuse every batch holding one of the bad
+    messages, on every run. With it: the table holds exactly the good messages; the park queue
+    exactly the others, each with its body byte for byte, its producer's header, and the rule it
+    broke; the queue read ends empty."""
+    from clustermq.read.schema import READ_SCHEMA_DDL
+
+    username, password = broker.cluster.credentials
+    monkeypatch.setenv("CLUSTERMQ_USERNAME", username)  # the jobs' only source of credentials
+    monkeypatch.setenv("CLUSTERMQ_PASSWORD", password)
+    queue, park = new_queue("qpark"), new_queue("qparked")
+    table = tmp_path / "table"
+    spark.sql(f"CREATE TABLE delta.`{table}` ({READ_SCHEMA_DDL}, ingest_time timestamp, "
+              "batch_id long, amount long, customer string NOT NULL, _corrupt string) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT positive_amount CHECK (amount > 0)")
+    bad = {f"negative{i}": (json.dumps({"amount": -i, "customer": "c"}).encode(),
+                            "CHECK constraint positive_amount: amount > 0") for i in range(4)}
+    bad |= {f"nameless{i}": (json.dumps({"amount": 100 + i}).encode(),
+                             "NOT NULL column customer is null") for i in range(3)}
+    bad |= {f"poison{i}": (body, "the body does not parse")
+            for i, body in enumerate([b"not json at all", b"[1, 2, 3]", b"42"])}
+    good = {f"good{i}": json.dumps({"amount": i + 1, "customer": f"c{i % 4}"}).encode() for i in range(30)}
+    messages = [(body, {"case": case}) for case, (body, _) in bad.items()]
+    messages += [(body, {"case": case}) for case, body in good.items()]
+    random.Random(5).shuffle(messages)
+    plain_send(broker, queue, messages)
+
+    job = queue_to_delta_job()
+    args = job.parse_args([
+        "--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
+        "--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "availableNow",
+        "--max-messages-per-trigger", "20", "--parse", "json",
+        "--schema", "amount long, customer string", "--park-queue", park])
+    assert password not in repr(args.park)
+    assert job.run(spark, args) == 0
+    printed = capsys.readouterr().out
+
+    rows = spark.read.format("delta").load(str(table)).collect()
+    written = {r["headers"]["case"]: r for r in rows}
+    assert sorted(written) == sorted(good) and len(rows) == len(good), sorted(written)
+    assert all(r["amount"] > 0 and r["customer"] and r["_corrupt"] is None for r in rows)
+    parked, _ = drain(spark, broker.reader_options(park), tmp_path / "park")
+    found = {r["headers"]["case"]: r for r in parked.collect()}
+    assert sorted(found) == sorted(bad) and parked.count() == len(bad), sorted(found)
+    for case, (body, reason) in bad.items():
+        r = found[case]
+        assert bytes(r["body"]) == body and r["headers"]["park_reason"] == reason, (case, r)
+        assert r["headers"]["park_origin"].endswith(queue) and r["headers"]["park_message_id"]
+    assert f"{len(bad)} parked in {park}" in printed, printed
+    assert broker.wait_depth_zero(queue) == zero(broker)
+
+
 @pytest.mark.parametrize(
     "brokers, fragment",
     [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,35 @@ def test_parse_flags_and_config_build_the_body_parse(tmp_path: Path) -> None:
 def test_parse_settings_that_cannot_work_are_refused_before_spark(extra: list[str], fragment: str) -> None:
     with pytest.raises(JobConfigError, match=fragment):
         queue_to_delta_job().parse_args(REQUIRED_FLAGS + extra)
+
+
+@pytest.mark.parametrize(
+    "park, fragment",
+    [
+        ("q", "--park-queue: 'q' is the queue read; park in another one"),
+        ("orders.>", "--park-queue: option 'queue'"),
+    ],
+)
+def test_a_park_queue_that_cannot_work_is_refused_before_spark(park: str, fragment: str) -> None:
+    with pytest.raises(JobConfigError, match=re.escape(fragment)):
+        queue_to_delta_job().parse_args(REQUIRED_FLAGS + ["--park-queue", park])
+
+
+def test_a_park_queue_publishes_with_the_job_s_login_and_never_shows_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The park queue is written with the reader's connection options (the writer's share of
+    them) and the job's credentials; the config file's key works like the flag."""
+    monkeypatch.setenv("CLUSTERMQ_USERNAME", "app")
+    monkeypatch.setenv("CLUSTERMQ_PASSWORD", "s3cret-park")
+    conf = write(tmp_path / "j.conf", "[queue_to_delta]\npark_queue = orders.parked\n"
+                                      "[reader_options]\nheartbeat = 5000\nreplayTimeout = 1000\n")
+    park = queue_to_delta_job().parse_args(REQUIRED_FLAGS + ["--config", str(conf)]).park
+    assert park.queue == "orders.parked"
+    assert park.writer_options["queue"] == "orders.parked" and park.writer_options["heartbeat"] == "5000"
+    assert "replayTimeout" not in park.writer_options  # a reader's option the writer refuses
+    assert park.writer_options["password"] == "s3cret-park" and "s3cret-park" not in repr(park)
+    assert queue_to_delta_job().parse_args(REQUIRED_FLAGS).park is None
 
 
 def test_an_unknown_parse_format_in_the_config_file_is_refused(tmp_path: Path) -> None:

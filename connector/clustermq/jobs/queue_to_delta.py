@@ -4,7 +4,7 @@
         --table /lake/orders --checkpoint /lake/_checkpoints/orders \\
         [--trigger availableNow | --trigger processingTime=5s] [--max-messages-per-trigger N] \\
         [--dedupe redelivered|all] [--id-header NAME] [--parse json --schema DDL] \\
-        [--option KEY=VALUE ...] [--config conf/queue_to_delta.conf]
+        [--park-queue NAME] [--option KEY=VALUE ...] [--config conf/queue_to_delta.conf]
 
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 spark_jobs/queue_to_delta.py ...
 
@@ -13,7 +13,10 @@ Columns: every reader column plus ``ingest_time`` (when the batch was written) a
 each body is also parsed into those columns, plus ``_corrupt``: a body that does not parse
 (not UTF-8, not a JSON object, a value of the wrong type) is kept, never dropped, with its
 parsed columns null and its text in ``_corrupt`` (the exact bytes stay in ``body``); every
-batch line counts them ("N unparsable"). Each batch is appended with Delta's txnAppId (the query id)
+batch line counts them ("N unparsable"). With ``--park-queue NAME`` the rows the table would
+refuse (a CHECK constraint broken, a NOT NULL column empty, and with ``--parse`` a body that
+does not parse) are published to queue NAME instead of failing the batch on every run
+(``clustermq.pipelines.park``). Each batch is appended with Delta's txnAppId (the query id)
 and txnVersion (the batch id), and rows are de-duplicated by ``message_id``: see
 ``clustermq.pipelines.delta_sink`` and the README for the guarantee and its limits.
 
@@ -47,6 +50,7 @@ from clustermq.pipelines.job_config import (
     reader_options,
     setting_source,
 )
+from clustermq.pipelines.park import Parking
 from clustermq.pipelines.streaming import LagLines, check_trigger, run_until_done
 
 NAME = "queue_to_delta"
@@ -58,6 +62,7 @@ DEFAULTS = {
     "id_header": None,
     "parse": None,
     "schema": None,
+    "park_queue": None,
 }
 REQUIRED = ("brokers", "queue", "table", "checkpoint")
 
@@ -88,6 +93,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--schema", metavar="DDL",
                    help="the parsed columns as a Spark DDL string, e.g. 'order long, customer "
                         "string' (with --parse)")
+    p.add_argument("--park-queue", metavar="NAME",
+                   help="publish the rows the table would refuse (a broken CHECK constraint, an "
+                        "empty NOT NULL column, with --parse a body that does not parse) to this "
+                        "queue on the same cluster, instead of failing the batch on every run")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="any further clustermq reader option (repeatable; not username/password)")
     args = p.parse_args(argv)
@@ -101,6 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              f"is not one of {', '.join(DEDUPE_SCOPES)}")
     merged.reader_options = {**config_reader, **parse_key_values(args.option, "--option")}
     merged.body_parse = body_parse_from_flags(merged.parse, merged.schema)
+    merged.park = None
+    if merged.park_queue:  # checked here: a bad queue name fails before Spark starts
+        merged.park = Parking.for_job(merged.park_queue, reader_options(
+            merged.brokers, merged.queue, None, merged.reader_options))
     return merged
 
 
@@ -127,10 +140,11 @@ def run(
         if on_report is not None:
             on_report(batch)
 
+    park = args.park
     query, sink = start_queue_to_delta(spark, options, args.table, args.checkpoint,
                                        args.trigger, args.dedupe, on_report=report,
                                        after_commit=after_commit, id_header=args.id_header,
-                                       parse=args.body_parse)
+                                       parse=args.body_parse, park=park)
     print(f"query {query.id} started: queue {args.queue} -> {args.table}", flush=True)
     try:
         run_until_done(query, on_tick=LagLines(query))
@@ -138,7 +152,8 @@ def run(
         totals = sink.totals
         print(f"done: {totals.batches} batches, {totals.rows_in} rows read, "
               f"{totals.duplicates_dropped} duplicates dropped, {totals.written} rows written"
-              + (f", {totals.corrupt} unparsable (kept in _corrupt)" if args.body_parse else ""),
+              + (f", {totals.corrupt} unparsable (kept in _corrupt)" if args.body_parse and not park else "")
+              + (f", {totals.parked} parked in {park.queue}" if park else ""),
               flush=True)
     return 0
 

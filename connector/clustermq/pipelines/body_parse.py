@@ -18,6 +18,7 @@ from clustermq.errors import JobConfigError
 from clustermq.pipelines.table_columns import (
     CORRUPT_COLUMN,
     OPTIONAL_READER_COLUMNS,
+    PARK_REASON,
     TABLE_COLUMNS,
     WORKING_COLUMNS,
 )
@@ -57,7 +58,7 @@ class BodyParse:
         if not isinstance(parsed, StructType) or not parsed.fields:
             raise JobConfigError(f"schema '{self.schema}' must list columns, e.g. 'order long, customer string'")
         taken = ({c.lower() for c in (*TABLE_COLUMNS, *OPTIONAL_READER_COLUMNS)}
-                 | {*WORKING_COLUMNS, _PARSED, self.corrupt_column.lower()})
+                 | {*WORKING_COLUMNS, PARK_REASON, _PARSED, self.corrupt_column.lower()})
         clash = [f.name for f in parsed.fields if f.name.lower() in taken]
         if clash:
             raise JobConfigError(

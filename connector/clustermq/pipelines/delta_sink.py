@@ -56,12 +56,14 @@ from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
 from clustermq.pipelines.body_parse import BodyParse
+from clustermq.pipelines.park import Parking
 from clustermq.pipelines.table_columns import (
     ANY_REDELIVERED,
     COPIES,
     CORRUPT_COLUMN,
     KEY,
     OPTIONAL_READER_COLUMNS,
+    PARK_REASON,
     TABLE_COLUMNS,
     WORKING_COLUMNS,
 )
@@ -138,6 +140,9 @@ class BatchReport:
     replay_rows_appended: int = 0
     #: rows written whose body did not parse (only with a ``BodyParse``); ``None`` without one
     corrupt: int | None = None
+    #: rows the table would refuse, published to the park queue (only with a ``Parking``)
+    parked: int = 0
+    park_queue: str | None = None
 
     def line(self) -> str:
         text = (f"batch {self.batch_id}: {self.rows_in} rows read, "
@@ -146,8 +151,10 @@ class BatchReport:
         if self.replay_rows_appended:
             text += (f" ({self.replay_rows_appended} appended after Delta skipped an "
                      "already-committed replay)")
-        if self.corrupt is not None:
+        if self.corrupt is not None and self.park_queue is None:
             text += f", {self.corrupt} unparsable (kept with their body in {CORRUPT_COLUMN})"
+        if self.park_queue is not None:
+            text += f", {self.parked} parked in {self.park_queue}"
         return text
 
 
@@ -158,6 +165,7 @@ class DeltaSinkTotals:
     duplicates_dropped: int = 0
     written: int = 0
     corrupt: int = 0
+    parked: int = 0
     reports: list[BatchReport] = field(default_factory=list)
 
 
@@ -189,11 +197,13 @@ class IdempotentDeltaWriter:
         after_commit: Callable[[int], None] | None = None,
         id_header: str | None = None,
         parse: BodyParse | None = None,
+        park: Parking | None = None,
     ) -> None:
         if dedupe not in DEDUPE_SCOPES:
             raise JobConfigError(f"dedupe (--dedupe) must be one of {', '.join(DEDUPE_SCOPES)}, got {dedupe!r}")
         self.path = path
         self.parse = parse
+        self.park = park
         #: the table's columns; reader columns an option adds and a parse's columns (with
         #: ``_corrupt``) join them in __call__, where the batch and a SparkSession exist
         self.columns: tuple[str, ...] = TABLE_COLUMNS
@@ -243,16 +253,25 @@ class IdempotentDeltaWriter:
         self._first = False
         optional = tuple(c for c in OPTIONAL_READER_COLUMNS if c in batch.columns)
         self.columns = TABLE_COLUMNS + optional + (self.parse.columns() if self.parse else ())
+        unique = self._unique(batch, batch_id)
+        reason = self._park_reason(spark)
+        if reason is not None:
+            unique = unique.withColumn(PARK_REASON, reason)
         # Persisted so that the write sees the rows the counts saw without reading the source
         # again, and the same ingest_time (current_timestamp is evaluated per query).
-        unique = self._unique(batch, batch_id).persist(StorageLevel.MEMORY_AND_DISK)
+        unique = unique.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # One job reads the batch, fills the cache and counts everything a batch reports.
             rows_in, unique_count, redelivered, corrupt = self._counts(unique, with_copies=True)
+            kept, parked = unique, 0
+            if reason is not None:
+                kept, parked = self._publish_refused(unique)
+                if parked and corrupt is not None:
+                    corrupt = 0  # every unparsable body was parked
             for attempt in range(1, COMMIT_ATTEMPTS + 1):
                 try:
                     written, corrupt, appended = self._append(
-                        spark, unique, unique_count, corrupt, strict=strict,
+                        spark, kept, unique_count - parked, corrupt, strict=strict,
                         redelivered=redelivered, app_id=app_id, batch_id=batch_id)
                     break
                 except Exception as exc:
@@ -268,13 +287,16 @@ class IdempotentDeltaWriter:
             batch_id=batch_id,
             rows_in=rows_in,
             duplicates_in_batch=rows_in - unique_count,
-            already_in_table=unique_count - written,
+            already_in_table=unique_count - parked - written,
             written=written,
             replay_rows_appended=appended,
             corrupt=corrupt,
+            parked=parked,
+            park_queue=self.park.queue if self.park is not None else None,
         )
         self.totals.batches += 1
         self.totals.corrupt += corrupt or 0
+        self.totals.parked += parked
         self.totals.rows_in += rows_in
         self.totals.duplicates_dropped += rows_in - written
         self.totals.written += written
@@ -288,6 +310,29 @@ class IdempotentDeltaWriter:
             self.on_report(report)
         if self.after_commit:
             self.after_commit(batch_id)
+
+    def _park_reason(self, spark: SparkSession) -> Column | None:
+        """With a park queue: the column that says why the table would refuse a row."""
+        if self.park is None:
+            return None
+        if not self._exists:
+            self._exists = delta_table_exists(spark, self.path)
+        corrupt = self.parse.corrupt_column if self.parse is not None else None
+        return self.park.reason(spark, self.path, self._exists, self.columns, corrupt)
+
+    def _publish_refused(self, unique: DataFrame) -> tuple[DataFrame, int]:
+        """Publish the rows the table would refuse to the park queue, before the append (so a
+        parked message is on that queue before its original is acknowledged); the rows left,
+        and how many were parked."""
+        assert self.park is not None
+        refused = unique.where(F.col(PARK_REASON).isNotNull())
+        parked = refused.count()  # over the cache
+        if not parked:
+            return unique, 0
+        self.park.publish(refused, PARK_REASON)
+        log.warning("clustermq delta sink: %d rows the table would refuse parked in %s",
+                    parked, self.park.queue)
+        return unique.where(F.col(PARK_REASON).isNull()), parked
 
     def _append(
         self, spark: SparkSession, unique: DataFrame, unique_count: int, corrupt: int | None, *,

@@ -15,6 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 from clustermq.errors import JobConfigError
 from clustermq.pipelines.body_parse import BodyParse
 from clustermq.pipelines.delta_sink import BatchReport, IdempotentDeltaWriter
+from clustermq.pipelines.park import Parking
 from clustermq.pipelines.streaming import apply_trigger
 
 
@@ -29,6 +30,7 @@ def start_queue_to_delta(
     after_commit: Callable[[int], None] | None = None,
     id_header: str | None = None,
     parse: BodyParse | None = None,
+    park: Parking | None = None,
 ) -> tuple[StreamingQuery, IdempotentDeltaWriter]:
     """Start the queue → Delta streaming query.
 
@@ -42,7 +44,7 @@ def start_queue_to_delta(
         except ValueError as exc:
             raise JobConfigError(f"--schema: {exc}") from None
     sink = IdempotentDeltaWriter(table, dedupe, on_report=on_report, after_commit=after_commit,
-                                 id_header=id_header, parse=parse)
+                                 id_header=id_header, parse=parse, park=park)
     stream = spark.readStream.format("clustermq").options(**reader_options).load()
     writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     query = apply_trigger(writer, trigger).start()

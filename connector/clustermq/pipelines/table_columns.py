@@ -16,6 +16,8 @@ OPTIONAL_READER_COLUMNS = ("delivery_count",)
 KEY = "_clustermq_key"  # the de-duplication key while a batch is processed; never written
 COPIES = "_clustermq_copies"  # rows of the batch with that key; never written
 ANY_REDELIVERED = "_clustermq_any_redelivered"  # some copy was flagged redelivered; never written
+#: why the table would refuse the row, with a park queue (pipelines/park.py); never written
+PARK_REASON = "_clustermq_park_reason"
 #: the sink's working columns while a batch is processed; a parsed column must not use them
 WORKING_COLUMNS = (KEY, COPIES, ANY_REDELIVERED)
 CORRUPT_COLUMN = "_corrupt"  # a body that did not parse, as text (with a BodyParse)
