@@ -510,6 +510,7 @@ def test_with_a_park_queue_what_the_table_refuses_is_parked_and_the_rest_written
         assert bytes(r["body"]) == body and r["headers"]["park_reason"] == reason, (case, r)
         assert r["headers"]["park_origin"].endswith(queue) and r["headers"]["park_message_id"]
     assert f"{len(bad)} parked in {park}" in printed, printed
+    assert f"{len(good)} rows written" in printed and "0 duplicates dropped" in printed, printed
     assert broker.wait_depth_zero(queue) == zero(broker)
 
 

@@ -298,7 +298,7 @@ class IdempotentDeltaWriter:
         self.totals.corrupt += corrupt or 0
         self.totals.parked += parked
         self.totals.rows_in += rows_in
-        self.totals.duplicates_dropped += rows_in - written
+        self.totals.duplicates_dropped += rows_in - written - parked
         self.totals.written += written
         self.totals.reports.append(report)
         if corrupt:
