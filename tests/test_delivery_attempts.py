@@ -220,11 +220,14 @@ def test_the_delivery_count_column_shows_what_each_broker_counts_of_a_failing_qu
     """``includeDeliveryCount`` over AMQP, a query that fails on a poison message every run.
 
     Every run subscribes to the one node that holds the messages and receives all of them (20,
-    within its prefetch), then fails and closes its connection without acknowledging them.
-    Classic counts that as a delivery of each: the rows of run *r* carry ``delivery_count``
-    *r* + 1. Artemis counts none of it: a consumer that closes cleanly gives its unacknowledged
-    messages back uncounted (over STOMP it counts the first one, see the test above), so the
-    rows carry 1 in every run and nothing nears ``max-delivery-attempts``. Either way nothing
+    within its prefetch), then fails and ends its connection without acknowledging them.
+    Classic counts that as a delivery of each: the rows of run *r* (from 0) carry
+    ``delivery_count`` *r* + 1. Artemis takes the count back for a consumer that closes in order
+    and keeps it only when the connection ended otherwise (its consumer's cancel decrements the
+    count unless the client failed); a failing query's source closes its links in order when
+    Spark stops it, which Spark does not always do before the process ends (measured: 1, 1, 1 in
+    a run of this test alone; 1, 1, 2 in a full suite). So on Artemis every row of a run carries
+    one count, 1 in the first run, at most one more in each later run. Either way nothing
     leaves the queue: every message not committed is still on the node, none dead-lettered.
     """
     queue = f"test.counted.{uuid.uuid4().hex[:8]}"
@@ -251,8 +254,14 @@ def test_the_delivery_count_column_shows_what_each_broker_counts_of_a_failing_qu
     counts = [sorted({c for _, c in rows}) for rows in runs]
     print(f"\n[{broker.flavor}] delivery_count per run over AMQP: {counts}; rows per run "
           f"{[len(rows) for rows in runs]}")
-    expected = [[run + 1] for run in range(3)] if broker.flavor == "classic" else [[1]] * 3
-    assert counts == expected, (counts, runs)
+    if broker.flavor == "classic":
+        assert counts == [[run + 1] for run in range(3)], (counts, runs)
+    else:
+        steps = [later[0] - earlier[0] for earlier, later in zip(counts, counts[1:])]
+        assert all(len(c) == 1 for c in counts) and counts[0] == [1], (
+            f"rows of one run with different counts, or a first run counting more than one: {counts}")
+        assert all(step in (0, 1) for step in steps), (
+            f"a run counted more than one delivery, or took one back: {counts}")
     committed = {i for rows in runs for i, _ in rows} - {i for i, _ in runs[-1]}
     assert node_depth(broker, queue) == BATCH_MESSAGES - len(committed), broker.depths(queue)
     assert node_depth(broker, dead_letters(broker)) == dead_before, broker.depths(dead_letters(broker))
