@@ -225,8 +225,9 @@ def test_the_delivery_count_column_shows_what_each_broker_counts_of_a_failing_qu
     ``delivery_count`` *r* + 1. Artemis takes the count back for a consumer that closes in order
     and keeps it only when the connection ended otherwise (its consumer's cancel decrements the
     count unless the client failed); a failing query's source closes its links in order when
-    Spark stops it, which Spark does not always do before the process ends (measured: 1, 1, 1 in
-    a run of this test alone; 1, 1, 2 in a full suite). So on Artemis every row of a run carries
+    Spark stops it, and a run whose connection ended otherwise for a reason not established keeps
+    one count (measured: 1, 1, 1 in a run of this test alone; 1, 1, 2 in a full suite). So on
+    Artemis every row of a run carries
     one count, 1 in the first run, at most one more in each later run. Either way nothing
     leaves the queue: every message not committed is still on the node, none dead-lettered.
     """

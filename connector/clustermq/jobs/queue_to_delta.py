@@ -140,11 +140,10 @@ def run(
         if on_report is not None:
             on_report(batch)
 
-    park = args.park
     query, sink = start_queue_to_delta(spark, options, args.table, args.checkpoint,
                                        args.trigger, args.dedupe, on_report=report,
                                        after_commit=after_commit, id_header=args.id_header,
-                                       parse=args.body_parse, park=park)
+                                       parse=args.body_parse, park=args.park)
     print(f"query {query.id} started: queue {args.queue} -> {args.table}", flush=True)
     try:
         run_until_done(query, on_tick=LagLines(query))
@@ -152,8 +151,8 @@ def run(
         totals = sink.totals
         print(f"done: {totals.batches} batches, {totals.rows_in} rows read, "
               f"{totals.duplicates_dropped} duplicates dropped, {totals.written} rows written"
-              + (f", {totals.corrupt} unparsable (kept in _corrupt)" if args.body_parse and not park else "")
-              + (f", {totals.parked} parked in {park.queue}" if park else ""),
+              + (f", {totals.corrupt} unparsable (kept in _corrupt)" if args.body_parse and not args.park else "")
+              + (f", {totals.parked} parked in {args.park.queue}" if args.park else ""),
               flush=True)
     return 0
 

@@ -262,12 +262,11 @@ class IdempotentDeltaWriter:
         unique = unique.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # One job reads the batch, fills the cache and counts everything a batch reports.
-            rows_in, unique_count, redelivered, corrupt = self._counts(unique, with_copies=True)
-            kept, parked = unique, 0
-            if reason is not None:
-                kept, parked = self._publish_refused(unique)
-                if parked and corrupt is not None:
-                    corrupt = 0  # every unparsable body was parked
+            rows_in, unique_count, redelivered, corrupt, parked = self._counts(
+                unique, with_copies=True, parking=reason is not None)
+            kept = unique
+            if parked:
+                kept = self._publish_refused(unique, parked)
             for attempt in range(1, COMMIT_ATTEMPTS + 1):
                 try:
                     written, corrupt, appended = self._append(
@@ -320,19 +319,15 @@ class IdempotentDeltaWriter:
         corrupt = self.parse.corrupt_column if self.parse is not None else None
         return self.park.reason(spark, self.path, self._exists, self.columns, corrupt)
 
-    def _publish_refused(self, unique: DataFrame) -> tuple[DataFrame, int]:
-        """Publish the rows the table would refuse to the park queue, before the append (so a
-        parked message is on that queue before its original is acknowledged); the rows left,
-        and how many were parked."""
+    def _publish_refused(self, unique: DataFrame, parked: int) -> DataFrame:
+        """Publish the ``parked`` rows the table would refuse to the park queue, before the
+        append (so a parked message is on that queue before its original is acknowledged);
+        the rows left."""
         assert self.park is not None
-        refused = unique.where(F.col(PARK_REASON).isNotNull())
-        parked = refused.count()  # over the cache
-        if not parked:
-            return unique, 0
-        self.park.publish(refused, PARK_REASON)
+        self.park.publish(unique.where(F.col(PARK_REASON).isNotNull()), PARK_REASON)
         log.warning("clustermq delta sink: %d rows the table would refuse parked in %s",
                     parked, self.park.queue)
-        return unique.where(F.col(PARK_REASON).isNull()), parked
+        return unique.where(F.col(PARK_REASON).isNull())
 
     def _append(
         self, spark: SparkSession, unique: DataFrame, unique_count: int, corrupt: int | None, *,
@@ -350,7 +345,7 @@ class IdempotentDeltaWriter:
         try:
             if self._exists and (strict or redelivered):
                 fresh = self._fresh(spark, unique, strict).persist(StorageLevel.MEMORY_AND_DISK)
-                _, written, _, corrupt = self._counts(fresh, with_copies=False)
+                _, written, _, corrupt, _ = self._counts(fresh, with_copies=False)
             existed = self._exists
             (fresh.select(*self.columns).write.format("delta").mode("append")
              .option("txnAppId", app_id).option("txnVersion", batch_id)
@@ -383,18 +378,26 @@ class IdempotentDeltaWriter:
             unique = self.parse.apply(unique)
         return unique.select(*WORKING_COLUMNS, *self.columns)
 
-    def _counts(self, rows: DataFrame, with_copies: bool) -> tuple[int, int, int, int | None]:
-        """Rows read, keys, keys with a redelivered copy, unparsable bodies: one aggregation.
-        The second count of a batch (its fresh keys, ``with_copies`` false) needs only the keys
-        and the unparsable bodies."""
+    def _counts(
+        self, rows: DataFrame, with_copies: bool, parking: bool = False,
+    ) -> tuple[int, int, int, int | None, int]:
+        """Rows read, keys, keys with a redelivered copy, unparsable bodies left to write, keys
+        to park: one aggregation. The second count of a batch (its fresh keys, ``with_copies``
+        false) needs only the keys and the unparsable bodies. A parked row is not written, so
+        its unparsable body is not counted (with a park queue every unparsable body is parked).
+        """
         aggregates = [F.sum(COPIES) if with_copies else F.lit(0), F.count(F.lit(1)),
-                      F.sum(F.col(ANY_REDELIVERED).cast("long")) if with_copies else F.lit(0)]
+                      F.sum(F.col(ANY_REDELIVERED).cast("long")) if with_copies else F.lit(0),
+                      F.count(F.col(PARK_REASON)) if parking else F.lit(0)]
         if self.parse is not None:
-            aggregates.append(F.count(F.col(self.parse.corrupt_column)))
+            unparsable = F.col(self.parse.corrupt_column)
+            if parking:
+                unparsable = F.when(F.col(PARK_REASON).isNull(), unparsable)
+            aggregates.append(F.count(unparsable))
         row = rows.agg(*aggregates).first()
         assert row is not None
-        corrupt = int(row[3] or 0) if self.parse is not None else None
-        return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0), corrupt
+        corrupt = int(row[4] or 0) if self.parse is not None else None
+        return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0), corrupt, int(row[3] or 0)
 
     def _fresh(self, spark: SparkSession, unique: DataFrame, strict: bool) -> DataFrame:
         """The keys not in the table yet: every key of a strict batch is checked, otherwise only

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
 from clustermq.options import WriteOptions
-from clustermq.options.table import known_options
+from clustermq.options.table import QUEUE, check_known, known_options
 from clustermq.write.headers import CLUSTERMQ_PREFIX
 from clustermq.write.layout import RESERVED_HEADERS
 
@@ -60,8 +60,7 @@ class Parking:
         name the writer refuses, or the queue read, is a ``JobConfigError`` naming the flag."""
         writable = {name.lower() for name in known_options("write")}
         options = {k: v for k, v in reader_options.items() if k.lower() in writable}
-        read = {q.strip() for q in options.get("queue", "").split(",")}
-        if queue.strip() in read:
+        if queue.strip() in QUEUE.read(check_known(reader_options, "read")):
             raise JobConfigError(f"--park-queue: '{queue}' is the queue read; park in another one")
         options["queue"] = queue
         try:
