@@ -31,7 +31,7 @@ from clustermq.broker.depth import (
 from clustermq.broker.nodes import Node, parse_nodes
 from clustermq.broker.queue_names import destination_queue_name
 from clustermq.devtools.localcluster import ClusterStartError, LocalCluster, get_flavor
-from clustermq.devtools.localcluster.classic_flavor import ClassicFlavor
+from clustermq.devtools.localcluster.classic_flavor import REPLAY_DELAY_MS, ClassicFlavor
 from clustermq.devtools.localcluster.ports import amqp_ports, free_ports, node_ports
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.stompprobe import stomp_connect
@@ -226,6 +226,60 @@ def test_stranded_messages_replay_back_to_origin(cluster: LocalCluster) -> None:
     received = consume_exactly(node0, creds, f"/queue/{name}", 50)  # the second
     assert sorted(received) == sorted(bodies)
     poll(lambda: depths_of(cluster, name).total == 0, 30, "empty queue")
+
+
+def test_a_departed_consumers_messages_go_back_to_their_origin_after_the_replay_delay(
+    cluster: LocalCluster,
+) -> None:
+    """A node replays a message to the node it came from only once it has held it for
+    ``REPLAY_DELAY_MS``: a replay sent sooner can reach the origin before the origin took the
+    bridge's acknowledgement of the original, where the copy is dropped and the original removed
+    (docs/broker-behaviour.md). A holder on node1 attracts node0's 200 messages, a consumer
+    subscribes on node0, and the holder leaves at once; each message reaches node0's consumer no
+    sooner than the delay after the holder got it (node1 received it earlier still), and every one
+    arrives, once (on this quiet queue the expiry pass, every ``EXPIRE_PERIOD_MS``, is the
+    dispatch pass that replays them). Without the delay they were back 0.1-0.7 s after the
+    holder left."""
+    creds = cluster.credentials
+    node0, node1, _ = cluster.nodes()
+    name = unique_queue("replaydelay")
+    destination = f"/queue/{name}"
+    bodies = [f"d-{i}" for i in range(200)]
+    send_persistent(node0, creds, destination, bodies)
+    held: dict[str, float] = {}
+    back: dict[str, list[float]] = {}
+
+    def drain(listener: Collector, into: Callable[[str, float], object]) -> None:
+        while True:
+            try:
+                frame = listener.messages.get_nowait()
+            except queue.Empty:
+                return
+            into(frame.body, time.monotonic())
+
+    def take_back(body: str, at: float) -> None:
+        back.setdefault(body, []).append(at)
+
+    with client(node1, *creds) as (holder, holder_listener):
+        holder.subscribe(destination, id="hold", ack="client-individual",
+                         headers={"activemq.prefetchSize": "1000"})
+        poll(lambda: (drain(holder_listener, held.__setitem__), len(held) == len(bodies))[1], 60,
+             f"node0's {len(bodies)} messages delivered to the holder on node1", interval=0.02)
+        with client(node0, *creds) as (local, local_listener):
+            local.subscribe(destination, id="local", ack="auto", receipt="subscribed")
+            local_listener.wait_receipt("subscribed")
+            holder.disconnect()  # leaves without acknowledging: node1 has no consumer left
+            poll(lambda: (drain(local_listener, take_back), len(back) == len(bodies))[1], 60,
+                 f"the {len(bodies)} messages the holder left on node1 back on node0")
+            drain(local_listener, take_back)
+    copies = {b: len(t) for b, t in back.items() if len(t) != 1}
+    assert sorted(back) == sorted(bodies) and not copies, (
+        f"{len(back)} of {len(bodies)} delivered on node0, copies: {copies}")
+    delay_s = REPLAY_DELAY_MS / 1000
+    early = {b: round(back[b][0] - held[b], 2) for b in bodies if back[b][0] - held[b] < delay_s}
+    assert not early, (f"{len(early)} of {len(bodies)} messages were back on node0 sooner than the "
+                       f"{delay_s:.1f} s replay delay after the holder got them (seconds after, "
+                       f"the first 10): {dict(list(early.items())[:10])}")
 
 
 def test_depth_per_node_and_total(cluster: LocalCluster) -> None:
