@@ -34,10 +34,14 @@ Mode = Literal["pass", "stall", "drop"]
 class _Pair:
     """One client connection and its upstream connection, pumped by one thread."""
 
-    def __init__(self, proxy: TcpProxy, client: socket.socket, upstream: socket.socket) -> None:
+    def __init__(self, proxy: TcpProxy, client: socket.socket, upstream: socket.socket,
+                 number: int) -> None:
         self.proxy = proxy
         self.client = client
         self.upstream = upstream
+        #: the order in which the proxy accepted it (1 for the first)
+        self.number = number
+        self.to_client = 0
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._pump, daemon=True, name="tcpproxy-pair")
 
@@ -75,6 +79,7 @@ class _Pair:
                         return
                     if src is self.upstream:
                         self.proxy.forwarded_to_client += len(data)
+                        self.to_client += len(data)
                     else:
                         self.proxy.forwarded_to_upstream += len(data)
         finally:
@@ -161,6 +166,13 @@ class TcpProxy:
         with self._lock:
             return len(self._pairs)
 
+    def open_connections(self) -> dict[int, int]:
+        """Each open connection by the order it was accepted in: the bytes it carried to the
+        client. A reader's consuming connection is the one that carried its messages; others
+        may be short-lived (the reader's depth probe connects every few seconds)."""
+        with self._lock:
+            return {pair.number: pair.to_client for pair in self._pairs}
+
     # ------------------------------------------------------------------ plumbing
     def _accept_loop(self) -> None:
         while not self._stopping.is_set():
@@ -182,10 +194,10 @@ class TcpProxy:
                 continue
             for sock in (client, upstream):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            pair = _Pair(self, client, upstream)
             with self._lock:
-                self._pairs.add(pair)
                 self.accepted += 1
+                pair = _Pair(self, client, upstream, self.accepted)
+                self._pairs.add(pair)
             pair.thread.start()
 
     def _forget(self, pair: _Pair) -> None:

@@ -185,7 +185,15 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
             wait_for(lambda: committed_batches(checkpoint) >= 1 or proc.poll() is not None, 180,
                      "a committed batch")
             assert proc.poll() is None, log.text()[-3000:]
-            assert proxy.connections == 1 and proxy.forwarded_to_client > 0
+            # The reader's consuming connection is the one that carried its messages; its depth
+            # probe (read/lag.py, every 10 s) may have another one open for a moment.
+            opened = proxy.open_connections()
+            reader_connection = max(opened, key=opened.__getitem__, default=None)
+            assert reader_connection is not None and opened[reader_connection] > 0, (
+                f"no connection through the proxy carried messages: open connections (accept "
+                f"order: bytes to the reader) {opened}")
+            assert not log.count(lost) and not log.count(back), (
+                f"the reader lost or reconnected to the victim before the cut:\n{log.text()[-3000:]}")
             assert len(committed_rows(out)) < first, "backlog drained before the cut"
 
             # ---- stall: nothing moves, nothing closes
@@ -198,7 +206,9 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
                   f"(bound {bound_s:.1f} s): {reason}; {given_back} messages given back")
             assert reason.startswith("heart-beat timeout"), reason
             assert detection_s <= bound_s, f"stall detected after {detection_s:.2f} s > {bound_s} s"
-            assert proxy.connections == 1, "the stall must not close the proxied sockets"
+            assert reader_connection in proxy.open_connections(), (
+                f"the stall must not close the proxied sockets: the reader's connection "
+                f"{reader_connection} is gone; open: {proxy.open_connections()}")
 
             # the other nodes keep delivering while the victim is cut off
             broker.produce(queue, during, first_id=first, nodes=[0, 2])
