@@ -228,6 +228,11 @@ def test_stranded_messages_replay_back_to_origin(cluster: LocalCluster) -> None:
     poll(lambda: depths_of(cluster, name).total == 0, 30, "empty queue")
 
 
+#: the most a node takes to hand a message it received to an idle consumer with room for it,
+#: with margin (measured up to 0.05 s under the whole suite's load)
+DISPATCH_LAG_S = 0.5
+
+
 def test_a_departed_consumers_messages_go_back_to_their_origin_after_the_replay_delay(
     cluster: LocalCluster,
 ) -> None:
@@ -236,10 +241,9 @@ def test_a_departed_consumers_messages_go_back_to_their_origin_after_the_replay_
     bridge's acknowledgement of the original, where the copy is dropped and the original removed
     (docs/broker-behaviour.md). A holder on node1 attracts node0's 200 messages, a consumer
     subscribes on node0, and the holder leaves at once; each message reaches node0's consumer no
-    sooner than the delay after the holder got it (node1 received it earlier still), and every one
-    arrives, once (on this quiet queue the expiry pass, every ``EXPIRE_PERIOD_MS``, is the
-    dispatch pass that replays them). Without the delay they were back 0.1-0.7 s after the
-    holder left."""
+    sooner than the delay after node1 received it, i.e. than the delay less a dispatch's lag
+    (``DISPATCH_LAG_S``) after the holder got it, and every one arrives, once (on this quiet
+    queue the expiry pass, every ``EXPIRE_PERIOD_MS``, is the dispatch pass that replays them)."""
     creds = cluster.credentials
     node0, node1, _ = cluster.nodes()
     name = unique_queue("replaydelay")
@@ -275,11 +279,18 @@ def test_a_departed_consumers_messages_go_back_to_their_origin_after_the_replay_
     copies = {b: len(t) for b, t in back.items() if len(t) != 1}
     assert sorted(back) == sorted(bodies) and not copies, (
         f"{len(back)} of {len(bodies)} delivered on node0, copies: {copies}")
-    delay_s = REPLAY_DELAY_MS / 1000
-    early = {b: round(back[b][0] - held[b], 2) for b in bodies if back[b][0] - held[b] < delay_s}
-    assert not early, (f"{len(early)} of {len(bodies)} messages were back on node0 sooner than the "
-                       f"{delay_s:.1f} s replay delay after the holder got them (seconds after, "
-                       f"the first 10): {dict(list(early.items())[:10])}")
+    # The delay runs from node1's receipt of a message, which the holder sees a dispatch later:
+    # up to 0.05 s later under the suite's load (measured), so a message may be back up to that
+    # much sooner than the delay after the holder got it. Without the delay they were back
+    # 0.9-1.3 s after it: below the bound.
+    bound_s = REPLAY_DELAY_MS / 1000 - DISPATCH_LAG_S
+    gaps = sorted(back[b][0] - held[b] for b in bodies)
+    print(f"\n{len(bodies)} back on node0 {gaps[0]:.2f}-{gaps[-1]:.2f} s after the holder got them")
+    early = {b: round(back[b][0] - held[b], 2) for b in bodies if back[b][0] - held[b] < bound_s}
+    assert not early, (f"{len(early)} of {len(bodies)} messages were back on node0 sooner than "
+                       f"{bound_s:.1f} s (the {REPLAY_DELAY_MS} ms replay delay less a dispatch's "
+                       f"lag) after the holder got them (seconds after, the first 10): "
+                       f"{dict(list(early.items())[:10])}")
 
 
 def test_depth_per_node_and_total(cluster: LocalCluster) -> None:
