@@ -227,9 +227,9 @@ def test_the_delivery_count_column_shows_what_each_broker_counts_of_a_failing_qu
     count unless the client failed); a failing query's source closes its links in order when
     Spark stops it, and a run whose connection ended otherwise for a reason not established keeps
     one count (measured: 1, 1, 1 in a run of this test alone; 1, 1, 2 in a full suite). So on
-    Artemis every row of a run carries
-    one count, 1 in the first run, at most one more in each later run. Either way nothing
-    leaves the queue: every message not committed is still on the node, none dead-lettered.
+    Artemis every row of a run carries one count, 1 in the first run, at most one more in each
+    later run. Either way nothing leaves the queue: every message not committed is still on the
+    node, none dead-lettered.
     """
     queue = f"test.counted.{uuid.uuid4().hex[:8]}"
     broker.produce(queue, BATCH_MESSAGES, nodes=[NODE])

@@ -49,6 +49,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -126,6 +127,17 @@ def _error_conditions(exc: BaseException) -> Iterator[str]:
         if isinstance(condition, str):
             yield condition
         java = java.getCause()
+
+
+class BatchCounts(NamedTuple):
+    """What the batch's one counting job found; named because a batch and its fresh keys read
+    different fields of it."""
+
+    rows_in: int  #: rows the source delivered, copies included
+    keys: int  #: distinct dedupe keys
+    redelivered: int  #: keys with a copy the broker flagged as redelivered
+    corrupt: int | None  #: unparsable bodies to write (None without body parsing)
+    parked: int  #: keys to park instead of writing
 
 
 @dataclass
@@ -262,8 +274,9 @@ class IdempotentDeltaWriter:
         unique = unique.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # One job reads the batch, fills the cache and counts everything a batch reports.
-            rows_in, unique_count, redelivered, corrupt, parked = self._counts(
-                unique, with_copies=True, parking=reason is not None)
+            counts = self._counts(unique, with_copies=True, parking=reason is not None)
+            rows_in, unique_count, redelivered = counts.rows_in, counts.keys, counts.redelivered
+            corrupt, parked = counts.corrupt, counts.parked
             kept = unique
             if parked:
                 kept = self._publish_refused(unique, parked)
@@ -345,7 +358,8 @@ class IdempotentDeltaWriter:
         try:
             if self._exists and (strict or redelivered):
                 fresh = self._fresh(spark, unique, strict).persist(StorageLevel.MEMORY_AND_DISK)
-                _, written, _, corrupt, _ = self._counts(fresh, with_copies=False)
+                fresh_counts = self._counts(fresh, with_copies=False)
+                written, corrupt = fresh_counts.keys, fresh_counts.corrupt
             existed = self._exists
             (fresh.select(*self.columns).write.format("delta").mode("append")
              .option("txnAppId", app_id).option("txnVersion", batch_id)
@@ -378,13 +392,11 @@ class IdempotentDeltaWriter:
             unique = self.parse.apply(unique)
         return unique.select(*WORKING_COLUMNS, *self.columns)
 
-    def _counts(
-        self, rows: DataFrame, with_copies: bool, parking: bool = False,
-    ) -> tuple[int, int, int, int | None, int]:
-        """Rows read, keys, keys with a redelivered copy, unparsable bodies left to write, keys
-        to park: one aggregation. The second count of a batch (its fresh keys, ``with_copies``
-        false) needs only the keys and the unparsable bodies. A parked row is not written, so
-        its unparsable body is not counted (with a park queue every unparsable body is parked).
+    def _counts(self, rows: DataFrame, with_copies: bool, parking: bool = False) -> BatchCounts:
+        """:class:`BatchCounts` in one aggregation. The second count of a batch (its fresh keys,
+        ``with_copies`` false) needs only the keys and the unparsable bodies. A parked row is not
+        written, so its unparsable body is not counted (with a park queue every unparsable body
+        is parked).
         """
         aggregates = [F.sum(COPIES) if with_copies else F.lit(0), F.count(F.lit(1)),
                       F.sum(F.col(ANY_REDELIVERED).cast("long")) if with_copies else F.lit(0),
@@ -397,7 +409,8 @@ class IdempotentDeltaWriter:
         row = rows.agg(*aggregates).first()
         assert row is not None
         corrupt = int(row[4] or 0) if self.parse is not None else None
-        return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0), corrupt, int(row[3] or 0)
+        return BatchCounts(rows_in=int(row[0] or 0), keys=int(row[1] or 0),
+                           redelivered=int(row[2] or 0), corrupt=corrupt, parked=int(row[3] or 0))
 
     def _fresh(self, spark: SparkSession, unique: DataFrame, strict: bool) -> DataFrame:
         """The keys not in the table yet: every key of a strict batch is checked, otherwise only

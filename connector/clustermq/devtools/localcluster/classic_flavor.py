@@ -71,7 +71,7 @@ REPLAY_DELAY_MS = 2000
 #: How often a queue checks for expired messages (Classic's default 30 s). The check is also a
 #: dispatch pass: a message the replay delay held back is replayed at the first pass after the
 #: delay, and on a queue with no other traffic that pass is this one (measured on two nodes: a
-#: departed consumer's 160-180 messages were back on the origin 1.9-2.9 s after it left; 26 s
+#: departed consumer's 160-200 messages were back on the origin 1.9-2.9 s after it left; 26 s
 #: with the default period, 0.1-0.7 s without the delay).
 EXPIRE_PERIOD_MS = 1000
 #: Percent of ``memoryUsage`` up to which a queue keeps newly stored persistent messages in
