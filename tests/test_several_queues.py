@@ -5,7 +5,9 @@ The reader subscribes to every listed queue on every node's one connection (over
 per queue), so a node's delivery
 counter, its prefetch window and the batch limits span the queues, and the ``destination``
 column tells the rows apart. The batch read browses each queue of each node in a partition of
-its own (over STOMP on Classic, over AMQP on Artemis, which has no STOMP browse).
+its own (over STOMP on Classic, over AMQP on Artemis, which has no STOMP browse). A pattern
+(``orders.>``) is one subscription per node that Classic feeds from every matching queue, and a
+query Artemis refuses before it subscribes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -90,3 +93,56 @@ def test_a_source_of_two_queues_browses_and_drains_both_exactly_and_leaves_a_thi
     for k in ("a", "b"):
         assert broker.wait_depth_zero(queues[k]) == {n.name: 0 for n in broker.cluster.nodes()}
     assert broker.settled_depths(queues["c"]) == before["c"]
+
+
+#: messages in each queue of the pattern test: two it matches at different depths, one it does not
+PATTERN_SIZES = {"eu": 300, "us.east": 200, "other": 50}
+
+
+def test_a_queue_pattern_reads_every_matching_queue_on_classic_and_is_refused_on_artemis(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    """``queue=<base>.>`` on Classic: the depth, the browse and the drain cover ``<base>.eu`` and
+    ``<base>.us.east`` exactly, and ``<base>-other`` (no segment of ``<base>``) stays as it was.
+    On Artemis a wildcard SUBSCRIBE would create a queue that only collects copies from then on;
+    the query fails naming that before it subscribes, and every message stays on its queue."""
+    base = new_queue("pattern")
+    queues = {k: (f"{base}-{k}" if k == "other" else f"{base}.{k}") for k in PATTERN_SIZES}
+    first = {k: 20_000 * i for i, k in enumerate(PATTERN_SIZES)}  # an id says its queue
+    for k, size in PATTERN_SIZES.items():
+        broker.produce(queues[k], size, groups=10 if k == "eu" else 0, first_id=first[k])
+    pattern = f"{base}.>"
+    before = {k: broker.settled_depths(q) for k, q in queues.items()}
+    options = broker.reader_options(pattern, maxMessagesPerTrigger=BATCH, availableNowIdleTimeout=IDLE_MS)
+
+    if broker.flavor == "artemis":
+        query = (spark.readStream.format("clustermq").options(**options).load().writeStream
+                 .format("noop").option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        with pytest.raises(StreamingQueryException) as failed:
+            query.awaitTermination(120)
+        message = str(failed.value)
+        assert f"cannot read the queue pattern '{pattern}'" in message and "copy" in message, message
+        assert options["password"] not in message
+        assert {k: broker.settled_depths(q) for k, q in queues.items()} == before
+        return
+
+    matched = {broker.destination(queues[k]): list(range(first[k], first[k] + PATTERN_SIZES[k]))
+               for k in ("eu", "us.east")}
+    total = sum(PATTERN_SIZES[k] for k in ("eu", "us.east"))
+    assert sum(d or 0 for d in broker.depths(pattern).values()) == total, broker.depths(pattern)
+
+    browsed = (spark.read.format("clustermq").options(**broker.reader_options(pattern)).load()
+               .select("destination", F.col("headers")["loadgen_id"].alias("id")).collect())
+    got = ids_per_destination(browsed)
+    assert got == matched, f"browsed {len(browsed)} rows: { {d: len(v) for d, v in got.items()} }"
+    assert {k: broker.settled_depths(q) for k, q in queues.items()} == before
+
+    rows, _ = drain(spark, options, tmp_path)
+    assert_each_delivery_emitted_once(rows)
+    got = ids_per_destination(rows.select("destination", F.col("headers")["loadgen_id"].alias("id")).collect())
+    assert got == matched, (
+        f"drained { {d: len(v) for d, v in got.items()} }; depths "
+        f"{ {k: broker.depths(q) for k, q in queues.items()} }\n{cluster_state(broker, queues['eu'])}")
+    for k in ("eu", "us.east"):
+        assert broker.wait_depth_zero(queues[k]) == {n.name: 0 for n in broker.cluster.nodes()}
+    assert broker.settled_depths(queues["other"]) == before["other"]

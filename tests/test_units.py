@@ -138,6 +138,27 @@ def test_a_reader_takes_a_list_of_queues_and_the_writer_one() -> None:
         WriteOptions.parse({"brokers": BROKERS, "queue": "a,b"})
 
 
+def test_a_reader_takes_queue_patterns_where_the_broker_has_them_and_the_writer_none() -> None:
+    assert read_opts(queue="orders.>,orders.*.eu,pay").connection.queues == ("orders.>", "orders.*.eu", "pay")
+    assert read_opts(queue="orders.>", flavor="classic").connection.queue == "orders.>"
+    for text, fragment in (
+        (">", "starts with a wildcard"), ("*.eu", "starts with a wildcard"),
+        ("orders.>.eu", "'>' before the last segment"), ("orders.e*", "contains '*'"),
+        ("orders..>", "empty segment"), ("ActiveMQ.>", "keeps for itself (ActiveMQ.*"),
+        ("clustermq.*.x", "keeps for itself (clustermq.staging.*"), ("orders.#", "contains '#'"),
+    ):
+        with pytest.raises(OptionError, match="option 'queue'") as err:
+            read_opts(queue=text)
+        assert fragment in str(err.value), (text, str(err.value))
+    assert read_opts(queue="clustermq.eu.>").connection.queue == "clustermq.eu.>"
+    with pytest.raises(OptionError, match=r"ActiveMQ Artemis cannot read the queue pattern 'orders\.>': .*copy"):
+        read_opts(queue="orders.>", flavor="artemis")
+    with pytest.raises(OptionError, match=r"option 'transport': 'amqp' reads named queues"):
+        read_opts(queue="orders.>", transport="amqp", amqpBrokers="h1:5672,h2:5672")
+    with pytest.raises(OptionError, match=r"the writer publishes to one queue, not to a pattern \('orders\.>'\)"):
+        WriteOptions.parse({"brokers": BROKERS, "queue": "orders.>"})
+
+
 def test_missing_queue() -> None:
     with pytest.raises(OptionError, match="'queue' is required"):
         ReadOptions.parse({"brokers": BROKERS})

@@ -97,6 +97,7 @@ class ClusterMQBatchReader(DataSourceReader):
         dialect = detect_cluster_dialect(self.options)
         if configured_dialect(self.options.connection.flavor) is None and self.options.transport != "amqp":
             dialect.check_browse(DRAIN_HINT, where="the cluster: ")
+        dialect.check_queue_patterns(self.options.connection.queues, where="the cluster: ")
         if self.options.selector:
             check_selector(self.options.connection, self.options.selector,
                            f"to check the selector of the batch read of queue '{self.options.connection.queue_names}'")

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from clustermq.broker.discovery import with_discovered
 from clustermq.broker.nodes import Node
+from clustermq.broker.pattern_check import check_queue_patterns
 from clustermq.broker.reachability import no_node_reachable
 from clustermq.broker.selector_check import check_selector
 from clustermq.errors import NodeUnavailable, NoNodeReachable
@@ -59,6 +60,8 @@ class ClusterConsumer:
         """Connect to every node at once; fail only if none answers."""
         if self._started:
             return
+        check_queue_patterns(self.options.connection,
+                             f"to check the queue patterns of '{self.options.connection.queue_names}'")
         if self.options.selector:
             check_selector(self.options.connection, self.options.selector,
                            f"to check the selector for queue '{self.options.connection.queue_names}'")

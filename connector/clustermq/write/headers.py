@@ -6,7 +6,8 @@ publisher read, so a header's name is written once.
 
 from __future__ import annotations
 
-STAGING_PREFIX = "clustermq.staging"
+from clustermq.broker.queue_names import STAGING_PREFIX
+
 #: deterministic message id: ``<job>:<batch>:<partition>:<row>``
 ID_HEADER = "clustermq_id"
 #: the job (batch write) or streaming query the message was written by

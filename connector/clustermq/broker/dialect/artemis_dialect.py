@@ -58,6 +58,10 @@ class ArtemisDialect(BrokerDialect):
 
     name: str = "artemis"
     product: str = "ActiveMQ Artemis"
+    queue_patterns_refused: str | None = (
+        "an Artemis wildcard subscription is a new queue that gets a copy of each message sent "
+        "to a matching address after it exists; it reads none of the queues' backlogs and takes "
+        "nothing off them")
     group_header: str | None = "_AMQ_GROUP_ID"
     can_browse: bool = False
     transactional_ack: bool = False
@@ -113,6 +117,7 @@ class ArtemisDialect(BrokerDialect):
 
     def queue_depth(self, requests: Requester, queue: str) -> int:
         """``messageCount`` of ``queue`` (0 when the node has no such queue)."""
+        self.check_queue_patterns((queue,))
         ok, result = _management_request(requests, f"queue.{queue}", "messageCount")
         if ok:
             try:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from clustermq.broker.queue_names import is_queue_pattern
 from clustermq.broker.request import Requester
-from clustermq.errors import BrowseNotSupported
+from clustermq.errors import BrowseNotSupported, OptionError
 
 #: what to do instead of a browse, where a broker cannot browse
 READ_BY_DRAINING = (
@@ -37,6 +38,9 @@ class BrokerDialect:
     #: grouped, while the broker still pins each group to one consumer: the reader then keeps a
     #: group together by the subscription ("group slot") it arrived on (read/slots.py)
     hides_jms_group: bool = False
+    #: why a source cannot read a queue pattern (``orders.>``) on this broker; ``None`` where
+    #: it can (broker/queue_names.py)
+    queue_patterns_refused: str | None = "it has no queue patterns"
     #: whether :meth:`move_messages` keeps a message's expiration (JMSExpiration)
     move_keeps_expiration: bool = True
 
@@ -86,6 +90,16 @@ class BrokerDialect:
                 f"{where}{self.product} cannot browse a queue over STOMP (read without "
                 f"consuming); {hint}"
             )
+
+    def check_queue_patterns(self, queues: tuple[str, ...], where: str = "") -> None:
+        """Raise :class:`OptionError` naming the first pattern among ``queues`` where this broker
+        cannot read patterns, before anything subscribes with it."""
+        patterns = [q for q in queues if is_queue_pattern(q)]
+        if patterns and self.queue_patterns_refused is not None:
+            raise OptionError(
+                f"{where}option 'queue': {self.product} cannot read the queue pattern "
+                f"'{patterns[0]}': {self.queue_patterns_refused}; allowed: queue names, listed "
+                "with ',' (e.g. 'orders.eu,orders.us')")
 
     def group_id(self, headers: Mapping[str, str], fallback_header: str) -> str | None:
         """The message's group id: the broker's own header first, then ``fallback_header``."""

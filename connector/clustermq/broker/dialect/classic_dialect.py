@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from clustermq.broker.dialect.base import BrokerDialect
 from clustermq.broker.frames import body_text
+from clustermq.broker.queue_names import is_queue_pattern
 from clustermq.broker.request import Requester
 from clustermq.errors import DepthError
 
@@ -57,6 +58,8 @@ class ClassicDialect(BrokerDialect):
     product: str = "ActiveMQ Classic"
     can_browse: bool = True
     hides_jms_group: bool = True
+    #: a STOMP subscription to ``orders.>`` consumes every matching queue (broker/queue_names.py)
+    queue_patterns_refused: str | None = None
 
     def subscribe_headers(
         self, prefetch: int, window_bytes: int | None = None, *, body_bytes: int = 1024, batch_bytes: int = 0
@@ -98,9 +101,11 @@ class ClassicDialect(BrokerDialect):
         return None
 
     def queue_depth(self, requests: Requester, queue: str) -> int:
-        """``size`` of ``queue`` from the statistics plugin (0 when the node has no such queue)."""
+        """``size`` of ``queue`` from the statistics plugin (0 when the node has no such queue);
+        of a pattern, the sum over the queues the plugin matched (one reply each)."""
         correlation = _ask_statistics(requests, STATS_DESTINATION_PREFIX + queue, "depth",
                                       {END_WITH_NULL: "true"})
+        pattern = is_queue_pattern(queue)
         wanted = f"queue://{queue}"
         depth = 0
         while True:
@@ -114,8 +119,11 @@ class ClassicDialect(BrokerDialect):
                 raise DepthError(f"unreadable statistics reply ({exc}): {body_text(frame)[:200]!r}") from None
             if not stats:  # the empty map that ends the list
                 return depth
-            if stats.get("destinationName") == wanted:
+            name = stats.get("destinationName", "")
+            if name == wanted:
                 depth = int(stats.get("size", "0"))
+            elif pattern and name.startswith("queue://"):
+                depth += int(stats.get("size", "0"))
 
     def cluster_members(self, requests: Requester) -> tuple[int, list[tuple[str, int]]]:
         """The node's own ``openwire`` transport port (statistics plugin, ``ActiveMQ.Statistics.Broker``)
