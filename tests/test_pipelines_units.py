@@ -128,15 +128,18 @@ def test_parse_settings_that_cannot_work_are_refused_before_spark(extra: list[st
 
 
 @pytest.mark.parametrize(
-    "park, fragment",
+    "park, queue, fragment",
     [
-        ("q", "--park-queue: 'q' is the queue read; park in another one"),
-        ("orders.>", "--park-queue: option 'queue'"),
+        ("q", [], "--park-queue: 'q' is read by the job (queue 'q'); park in a queue the job does not read"),
+        ("orders.parked", ["--queue", "orders.>"], "'orders.parked' is read by the job (queue 'orders.>')"),
+        ("orders.eu.parked", ["--queue", "pay,orders.*.parked"], "is read by the job (queue 'orders.*.parked')"),
+        ("orders.>", [], "--park-queue: option 'queue'"),
     ],
 )
-def test_a_park_queue_that_cannot_work_is_refused_before_spark(park: str, fragment: str) -> None:
+def test_a_park_queue_that_cannot_work_is_refused_before_spark(park: str, queue: list[str], fragment: str) -> None:
+    """A park queue the job reads would feed the parked rows back into the failing batch."""
     with pytest.raises(JobConfigError, match=re.escape(fragment)):
-        queue_to_delta_job().parse_args(REQUIRED_FLAGS + ["--park-queue", park])
+        queue_to_delta_job().parse_args(REQUIRED_FLAGS + queue + ["--park-queue", park])
 
 
 def test_a_park_queue_publishes_with_the_job_s_login_and_never_shows_it(

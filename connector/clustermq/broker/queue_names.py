@@ -148,6 +148,20 @@ def check_queue_pattern(pattern: str, option: str = "queue") -> str:
     return pattern
 
 
+def queue_matches(source: str, queue: str) -> bool:
+    """Whether the source entry ``source`` (a name or a pattern) reads ``queue``. A final ``>``
+    is taken to match no segment too, so that a check against it errs on the side of "read"."""
+    if not is_queue_pattern(source):
+        return source == queue
+    wanted, got = source.split("."), queue.split(".")
+    for i, segment in enumerate(wanted):
+        if segment == REST:
+            return True
+        if i >= len(got) or segment not in (ONE_SEGMENT, got[i]):
+            return False
+    return len(got) == len(wanted)
+
+
 def _could_reach(segments: list[str], reserved: tuple[str, ...]) -> bool:
     """Whether a pattern matches some name that starts with the ``reserved`` segments."""
     for segment, wanted in zip(segments, reserved, strict=False):

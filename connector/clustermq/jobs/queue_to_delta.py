@@ -132,6 +132,8 @@ def run(
     ``on_report`` and ``after_commit`` let an embedding program watch each batch (the job
     prints every batch's line itself).
     """
+    # Built here and not kept on ``args``: they carry the password from the environment, and
+    # ``args`` is a plain Namespace whose repr() would show it.
     options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
                              args.reader_options)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from clustermq.broker.queue_names import queue_matches
 from clustermq.errors import JobConfigError
 from clustermq.options import WriteOptions
 from clustermq.options.table import QUEUE, check_known, known_options
@@ -60,8 +61,10 @@ class Parking:
         name the writer refuses, or the queue read, is a ``JobConfigError`` naming the flag."""
         writable = {name.lower() for name in known_options("write")}
         options = {k: v for k, v in reader_options.items() if k.lower() in writable}
-        if queue.strip() in QUEUE.read(check_known(reader_options, "read")):
-            raise JobConfigError(f"--park-queue: '{queue}' is the queue read; park in another one")
+        read = [s for s in QUEUE.read(check_known(reader_options, "read")) if queue_matches(s, queue.strip())]
+        if read:
+            raise JobConfigError(f"--park-queue: '{queue}' is read by the job (queue '{read[0]}'); "
+                                 "park in a queue the job does not read")
         options["queue"] = queue
         try:
             parsed = WriteOptions.parse(options)
