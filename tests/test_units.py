@@ -479,3 +479,14 @@ def test_the_reader_takes_priority_nodes_and_marks_the_others_as_paused_backups(
     assert backup.paused and backup.available(0) == []
     assert lag_report([backup.status()], {})[nodes[2].name] == {
         "offset": 0, "buffered": 0, "acknowledged": 0, "paused": 1, "disconnected": 1}
+
+
+def test_a_local_clusters_password_is_one_the_brokers_jms_clients_can_pass() -> None:
+    """The brokers' CLI clients take a ``--password`` value starting with '-' for an option and
+    log in without one; letters and digits only can never start so."""
+    from clustermq.devtools.localcluster.startup import PASSWORD_LENGTH, new_password
+
+    passwords = {new_password() for _ in range(2000)}
+    assert len(passwords) == 2000
+    odd = sorted(p for p in passwords if not (p.isascii() and p.isalnum() and len(p) == PASSWORD_LENGTH))
+    assert not odd, odd[:5]

@@ -157,6 +157,9 @@ class LocalCluster:
         """argv of the distribution's own JMS ``role`` ("producer"/"consumer") on node ``index``
         (options: :class:`JmsClientRun`)."""
         state = self.state()
+        if state.password.startswith("-"):
+            raise ValueError("the brokers' JMS command-line clients take a --password value that "
+                             "starts with '-' for an option: start the cluster with another password")
         work = self.dir / "jms-clients"
         work.mkdir(exist_ok=True)
         run = JmsClientRun(role, queue, count, work, **options)

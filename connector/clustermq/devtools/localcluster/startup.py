@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import string
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,17 @@ from clustermq.devtools.localcluster.ports import HOST, amqp_ports, node_ports
 from clustermq.devtools.localcluster.readiness import wait_mesh, wait_ready, wait_standby
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 
+#: letters and digits only: the brokers' own command-line clients (``bin/activemq producer``,
+#: ``bin/artemis producer``) take a ``--password`` value that starts with ``-`` for the next
+#: option ("Unrecognized option: --password", then a refused login); ``token_urlsafe`` starts
+#: one password in 64 with it
+PASSWORD_ALPHABET = string.ascii_letters + string.digits
+PASSWORD_LENGTH = 24
+
+
+def new_password() -> str:
+    """A random password for a new local cluster (143 bits)."""
+    return "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(PASSWORD_LENGTH))
 
 @dataclass(frozen=True)
 class ClusterShape:
@@ -85,7 +97,7 @@ def _fresh_state(directory: ClusterDir, impl: BrokerFlavor, shape: ClusterShape,
         version=version,
         home=str(home),
         username=shape.username,
-        password=shape.password or secrets.token_urlsafe(18),
+        password=shape.password or new_password(),
         nodes=[
             NodeState(index=i, name=f"node{i % nodes}", host=HOST, stomp_port=stomp, peer_port=peer,
                       backup_of=None if i < nodes else i % nodes, amqp_port=amqp[i])
