@@ -495,7 +495,7 @@ def test_bridge_state_from_log_lines() -> None:
 def test_queue_name_validation() -> None:
     assert destination_queue_name("/queue/orders.eu") == "orders.eu"
     assert destination_queue_name("/queue/orders.>") == "orders.>"  # a pattern's depth is a sum
-    for bad in ("", "a.e*", ">", "*.a", "a.#", "a,b", "/topic/x"):
+    for bad in ("", "a.e*", ">", "*.a", "a.#", "a,b", "/topic/x", "/topic/x.>"):
         with pytest.raises(ValueError):
             destination_queue_name(bad)
 

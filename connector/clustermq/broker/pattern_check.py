@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.dialect import configured_dialect
-from clustermq.broker.queue_names import is_queue_pattern
+from clustermq.broker.queue_names import queue_patterns
 from clustermq.broker.session import first_answering_node
 
 
 def check_queue_patterns(connection: ConnectionOptions, purpose: str) -> None:
     """Raise :class:`OptionError` when ``connection.queues`` has a pattern its broker cannot
     read; ``purpose`` completes "no broker node is reachable ..." when a node must be asked."""
-    if not any(is_queue_pattern(q) for q in connection.queues):
+    if not queue_patterns(connection.queues):
         return
     dialect = configured_dialect(connection.flavor)
     if dialect is not None:

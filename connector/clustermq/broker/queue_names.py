@@ -6,13 +6,14 @@ Applied before anything is consumed or sent (option ``queue``, the writer's per-
 route them somewhere else, and an empty name or one too long for a header would only fail on
 the broker, mid-job.
 
-A pattern (``orders.>``) is one source over every queue whose name matches. The syntax is ActiveMQ Classic's: names are dot-separated segments, ``*`` stands for one segment
-and a final ``>`` for the rest of the name. Classic subscribes a STOMP consumer to every
+A pattern (``orders.>``) is one source over every queue whose name matches. The syntax is
+ActiveMQ Classic's: names are dot-separated segments, ``*`` stands for one segment and a final
+``>`` for the rest of the name. Classic subscribes a STOMP consumer to every
 matching queue, those created later included, and a message's ``destination`` header names the
 queue it came from. Artemis has no such thing for queues: a wildcard subscription there is a new
 queue that receives a copy of what is sent to the matching addresses after it exists; it reads
 none of their backlogs and takes nothing off them (docs/broker-behaviour.md, "Queue patterns").
-So whether a pattern may be read is the dialect's to say (``reads_queue_patterns``), and it is
+So whether a pattern may be read is the dialect's to say (``queue_patterns_refused``), and it is
 asked before anything subscribes with the pattern.
 
 A pattern must start with a plain segment and may not reach the brokers' or the connector's own
@@ -57,15 +58,14 @@ def queue_name(text: str, option: str = "queue") -> str:
 
 
 def queue_list(text: str, option: str = "queue") -> tuple[str, ...]:
-    """The queues of a comma-separated ``text``, each a name by :func:`queue_name` or a pattern
-    (broker/queue_patterns.py); ``OptionError`` naming ``option`` for an empty entry or a queue
-    named twice (it would be read twice). Who may not take a pattern refuses it itself."""
+    """The queues of a comma-separated ``text``, each by :func:`name_or_pattern`; ``OptionError``
+    naming ``option`` for an empty entry or a queue named twice (it would be read twice). Who
+    may not take a pattern refuses it itself."""
     names = [n.strip() for n in text.split(",")]
     if len(names) > 1 and not all(names):
         raise OptionError(f"option '{option}': '{text.strip()}' has an empty entry; allowed: queue names "
                           "separated by ',' (e.g. 'orders,payments')")
-    queues = tuple(check_queue_pattern(n, option) if is_queue_pattern(n) and not n.startswith("/")
-                   else queue_name(n, option) for n in names)
+    queues = tuple(name_or_pattern(n, option) for n in names)
     twice = sorted({q for q in queues if queues.count(q) > 1})
     if twice:
         raise OptionError(f"option '{option}': {', '.join(repr(q) for q in twice)} named more than once; "
@@ -79,7 +79,16 @@ def destination_queue_name(text: str, option: str = "queue") -> str:
     stripped = text.strip()
     if stripped.startswith(QUEUE_PREFIX):
         stripped = stripped[len(QUEUE_PREFIX):]
-    return check_queue_pattern(stripped, option) if is_queue_pattern(stripped) else queue_name(stripped, option)
+    return name_or_pattern(stripped, option)
+
+
+def name_or_pattern(text: str, option: str = "queue") -> str:
+    """``text`` (stripped) by :func:`check_queue_pattern` when it is a pattern, else by
+    :func:`queue_name` (which also refuses a destination path such as ``/topic/x.>``)."""
+    stripped = text.strip()
+    if is_queue_pattern(stripped) and not stripped.startswith("/"):
+        return check_queue_pattern(stripped, option)
+    return queue_name(stripped, option)
 
 
 def check_queue_name(queue: str, option: str = "queue") -> str:
@@ -118,6 +127,11 @@ RESERVED = (("ActiveMQ",), tuple(STAGING_PREFIX.split(".")))
 def is_queue_pattern(name: str) -> bool:
     """Whether ``name`` has a wildcard segment (``orders.*``, ``orders.>``)."""
     return any(segment in WILDCARDS for segment in name.split("."))
+
+
+def queue_patterns(queues: tuple[str, ...]) -> list[str]:
+    """The patterns among ``queues``, in order."""
+    return [q for q in queues if is_queue_pattern(q)]
 
 
 def check_queue_pattern(pattern: str, option: str = "queue") -> str:

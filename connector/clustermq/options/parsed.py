@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from clustermq.broker.connection_options import ConnectionOptions
 from clustermq.broker.dialect import configured_dialect
 from clustermq.broker.nodes import Node, parse_nodes
-from clustermq.broker.queue_names import is_queue_pattern
+from clustermq.broker.queue_names import queue_patterns
 from clustermq.errors import OptionError
 from clustermq.options.amqp_options import parse_amqp_nodes
 from clustermq.options.common_options import parse_connection_options
@@ -79,7 +79,7 @@ class ReadOptions:
         prefetch = PREFETCH_PER_NODE.read_or(raw, default_prefetch(max_messages))
         transport = TRANSPORT.read(raw)
         delivery_count = INCLUDE_DELIVERY_COUNT.read(raw)
-        patterns = [q for q in conn.queues if is_queue_pattern(q)]
+        patterns = queue_patterns(conn.queues)
         if patterns and transport == "amqp":
             raise TRANSPORT.error(
                 f"'amqp' reads named queues; the queue pattern '{patterns[0]}' is read over STOMP "
@@ -138,7 +138,7 @@ class WriteOptions:
         given = {k: v for k, v in options.items() if k.lower() != "checkpointlocation"}
         raw = check_known(given, "write")
         conn = parse_connection_options(raw)
-        patterns = [q for q in conn.queues if is_queue_pattern(q)]
+        patterns = queue_patterns(conn.queues)
         if patterns:
             raise OptionError(
                 f"option 'queue': the writer publishes to one queue, not to a pattern "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from clustermq.broker.queue_names import is_queue_pattern
+from clustermq.broker.queue_names import queue_patterns
 from clustermq.broker.request import Requester
 from clustermq.errors import BrowseNotSupported, OptionError
 
@@ -94,7 +94,7 @@ class BrokerDialect:
     def check_queue_patterns(self, queues: tuple[str, ...], where: str = "") -> None:
         """Raise :class:`OptionError` naming the first pattern among ``queues`` where this broker
         cannot read patterns, before anything subscribes with it."""
-        patterns = [q for q in queues if is_queue_pattern(q)]
+        patterns = queue_patterns(queues)
         if patterns and self.queue_patterns_refused is not None:
             raise OptionError(
                 f"{where}option 'queue': {self.product} cannot read the queue pattern "

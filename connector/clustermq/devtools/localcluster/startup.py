@@ -33,6 +33,7 @@ def new_password() -> str:
     """A random password for a new local cluster (143 bits)."""
     return "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(PASSWORD_LENGTH))
 
+
 @dataclass(frozen=True)
 class ClusterShape:
     """What ``cluster up`` is asked for: checked before anything is created."""
