@@ -65,6 +65,14 @@ ALLOWED_FOREIGN = {
         "raised inside OpenSSL's key-password callback, which OpenSSL turns into the handshake's "
         "own SSLError; tls_failure() words it, and options/tls_options.py refuses an encrypted key first"
     ),
+    ("broker/tls_transport.py", "stomp_exception.InterruptedException"): (
+        "stomp.py's own signal to its read loop (retry the read), raised where stomp.py's "
+        "receive() raises it; it never leaves stomp.py's I/O thread"
+    ),
+    ("broker/tls_transport.py", "stomp_exception.ConnectionClosedException"): (
+        "stomp.py's own signal to its I/O loop that the stream ended (it then notifies "
+        "on_disconnected); it never leaves stomp.py's I/O thread"
+    ),
     ("pipelines/delta_sink.py", "RuntimeError"): (
         "a programming error of the sink's caller (set_app_id before the first batch), never a "
         "user condition"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import stat
 import subprocess
@@ -413,6 +414,9 @@ def test_killed_node_keeps_persisted_message_after_restart(cluster: LocalCluster
     state = cluster.state().nodes[2]
     assert state.pid not in (None, old_pid) and cluster.is_running(2)
     assert cluster.nodes()[2] == node2  # same ports
+    # the same broker id, so the network's loop check knows the node again (classic_flavor.broker_id)
+    starts = re.findall(r"Apache ActiveMQ \S+ \(node2, ([^)]+)\) started", cluster.log_since(2, 0))
+    assert len(starts) >= 2 and len(set(starts)) == 1, starts
     assert depths_of(cluster, name)[node2.name] == 1
     assert consume_exactly(node2, creds, f"/queue/{name}", 1) == [body]
 

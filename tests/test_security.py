@@ -207,6 +207,41 @@ def test_cluster_refuses_anonymous_default_and_plain_text_logins(tls_cluster: Lo
     assert not plain.ok, plain
 
 
+def test_a_tls_connection_the_node_closes_ends_with_on_disconnected(tls_cluster: LocalCluster) -> None:
+    """A node that closes a TLS connection (here after refusing a login) ends it on the client:
+    the ERROR frame first, then ``on_disconnected``, and stomp.py's I/O thread exits. stomp.py 9
+    alone took the closed socket's empty reads for "no data yet": its I/O thread read on at 100 %
+    of a core, ``on_disconnected`` never came, and a close from another thread then raced that
+    thread inside OpenSSL (a segmentation fault in about 1 of 1,500 refused logins;
+    broker/tls_transport.py)."""
+    import stomp
+
+    from clustermq.broker.stomp_tls import apply_tls
+
+    node = tls_cluster.nodes()[0]
+    events: list[str] = []
+
+    class Events(stomp.ConnectionListener):
+        def on_error(self, frame: stomp.utils.Frame) -> None:
+            events.append("error")
+
+        def on_disconnected(self) -> None:
+            events.append("disconnected")
+
+    conn = stomp.Connection12([(node.host, node.port)], reconnect_attempts_max=1, heartbeats=(0, 0))
+    apply_tls(conn, node)  # the node carries the cluster's CA
+    conn.set_listener("events", Events())
+    conn.connect("clustermq", "not-the-password", wait=False)
+    try:
+        io_thread = conn.transport.io_thread
+        io_thread.join(20)
+        assert not io_thread.is_alive() and events == ["error", "disconnected"], (
+            f"20 s after the node refused the login: I/O thread alive {io_thread.is_alive()}, "
+            f"listener events {events} (want the ERROR, then the end of the connection)")
+    finally:
+        conn.transport.disconnect_socket()
+
+
 def test_wrong_ca_and_wrong_host_name_fail_clearly(tls_cluster: LocalCluster, other_ca: str) -> None:
     node = tls_cluster.nodes()[0]
     wrong = parse_connection_options(lowered(options(tls_cluster, "q", sslCaFile=other_ca, connectTimeout="5000")))

@@ -104,11 +104,20 @@ def cluster_state(broker: Any, queue: str, wanted: Iterable[int] = (), seen: Ite
             queue_depths(nodes, t, username, password)))))
     if broker.flavor == "artemis":
         parts.append("artemis counters: " + _safely(lambda: str(artemis_queue_state(broker, queue))))
-    for index, node in enumerate(nodes):
-        running = _safely(lambda i=index: str(broker.cluster.is_running(i)))
-        tail = _safely(lambda i=index: broker.cluster.log_tail(i, log_lines))
-        parts.append(f"broker {node.name} (running: {running}) log tail:\n{tail}")
+    for member in broker.cluster.state().nodes:  # every member of a failover pair too
+        running = _safely(lambda i=member.index: str(broker.cluster.is_running(i)))
+        rejected = _safely(lambda i=member.index: _duplicates_rejected(broker.cluster.log_since(i, 0)))
+        tail = _safely(lambda i=member.index: broker.cluster.log_tail(i, log_lines))
+        parts.append(f"broker {member.name} member {member.index} (running: {running}; {rejected}) "
+                     f"log tail:\n{tail}")
     return "\n".join(parts)
+
+
+def _duplicates_rejected(log: str) -> str:
+    """Classic's store refuses a second copy of a message it holds; a copy that crossed back and
+    forth between two nodes can cost both copies, so the count and the first one are shown."""
+    lines = [line for line in log.splitlines() if "Duplicate message add attempt rejected" in line]
+    return f"{len(lines)} duplicate adds rejected" + (f", the first: {lines[0][:300]}" if lines else "")
 
 
 def _safely(describe: Callable[[], str]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import stomp
 
+from clustermq.broker import tls_transport
 from clustermq.broker.nodes import Node, TlsSettings
 
 # ssl.PROTOCOL_TLS is what lets stomp.py verify the chain but not the host name (see
@@ -52,9 +53,11 @@ def _no_key_password() -> bytes:
 
 
 def apply_tls(conn: stomp.Connection12, node: Node) -> None:
-    """Make ``conn`` speak TLS to ``node`` when the node is ``stomp+ssl://`` (no-op otherwise)."""
+    """Make ``conn`` speak TLS to ``node`` when the node is ``stomp+ssl://`` (no-op otherwise),
+    with an end of stream and a close that stomp.py 9 gets wrong over TLS (``tls_transport``)."""
     if node.ssl:
         conn.set_ssl(**tls_parameters(node))
+        tls_transport.install(conn)
 
 
 def tls_failure(node: Node, timeout: float) -> str | None:

@@ -20,6 +20,7 @@ from clustermq.devtools.localcluster.certificates import keystore_password
 from clustermq.devtools.localcluster.failover_pairs import (
     LOCK_ACQUIRE_SLEEP_MS,
     is_paired,
+    logical_index,
     members,
     store_dir,
 )
@@ -188,6 +189,7 @@ class ClassicFlavor(BrokerFlavor):
             load_template("classic", "activemq.xml.tmpl"),
             {
                 "broker_name": xml_attr(node.name),
+                "broker_id": xml_attr(broker_id(cluster, node)),
                 "data_dir": xml_attr(node_dir / "data"),
                 # The broker empties its temp-store directory on start: give it its own sub-directory
                 # so java.io.tmpdir (the parent) survives.
@@ -270,6 +272,22 @@ class ClassicFlavor(BrokerFlavor):
             if match and match.group("local") == node.name:
                 up[match.group("peer") or match.group("peer2")] = False
         return {peer for peer, is_up in up.items() if is_up and peer in names}
+
+
+def broker_id(cluster: ClusterState, node: NodeState) -> str:
+    """The broker id a node keeps across restarts and failovers, shared by a pair's members.
+
+    A bridge does not send a queue message back to a broker in its broker path while the node
+    has a consumer of its own, and the path holds broker ids, which Classic otherwise draws anew
+    at every start. A pair's new master (or a restarted node) was then a stranger to what its
+    predecessor had forwarded: the peer sent those messages straight back to it (49 of 50 in
+    ``test_pairs.py::test_a_new_master_is_the_same_broker_to_the_network``), and a message both
+    nodes held crossed in both directions, each node dropped the copy that arrived as a duplicate
+    and deleted its own on the other's acknowledgement (21 of 6,000 lost in one CI run;
+    docs/broker-behaviour.md, "Two nodes that swap copies of one message").
+    """
+    first = members(cluster, logical_index(node))[0]
+    return f"clustermq-{first.name}-{first.peer_port}"
 
 
 def kahadb_dir(node: NodeState, node_dir: Path) -> Path:
