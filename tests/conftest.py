@@ -313,12 +313,21 @@ class Broker:
         import dataclasses
 
         from clustermq.devtools.loadgen import LoadSpec, produce
+        from clustermq.errors import NodeUnavailable
 
         conn = self.connection(queue)
         if nodes is not None:
             conn = dataclasses.replace(conn, nodes=tuple(conn.nodes[i] for i in nodes))
         spec = LoadSpec(count=count, groups=groups, size=size, group_prefix=prefix, first_id=first_id)
-        return produce(conn, spec)
+        try:
+            return produce(conn, spec)
+        except NodeUnavailable as exc:
+            # A node that stops confirming COMMITs (seen once on Artemis, seconds after a node's
+            # restart, with a cluster bridge to it timing out): the depths and every broker's log.
+            from waits import cluster_state
+
+            raise AssertionError(f"producing {count} messages to {queue} failed: {exc}\n"
+                                 f"{cluster_state(self, queue)}") from exc
 
     def depths(self, queue: str, timeout: float = 30.0) -> dict[str, int | None]:
         """Depth per node; ``None`` only for a node that is down.
