@@ -396,6 +396,15 @@ def test_a_copy_of_a_message_the_node_still_holds_is_dropped_and_the_original_ke
         f"ActiveMQ.DLQ); node1's log: {cluster.dir / 'node1' / 'broker.log'}")
 
 
+# Classic's start line names the broker and its id: "Apache ActiveMQ 5.18.3 (node0, <id>) started".
+CLASSIC_STARTED = re.compile(r"Apache ActiveMQ \S+ \([^,]+, ([^)]+)\) started")
+
+
+def classic_broker_ids(cluster: LocalCluster, member: int) -> list[str]:
+    """The broker id of every start of a member, from its whole log."""
+    return CLASSIC_STARTED.findall(cluster.log_since(member, 0))
+
+
 def test_killed_node_keeps_persisted_message_after_restart(cluster: LocalCluster) -> None:
     creds = cluster.credentials
     node2 = cluster.nodes()[2]
@@ -415,7 +424,7 @@ def test_killed_node_keeps_persisted_message_after_restart(cluster: LocalCluster
     assert state.pid not in (None, old_pid) and cluster.is_running(2)
     assert cluster.nodes()[2] == node2  # same ports
     # the same broker id, so the network's loop check knows the node again (classic_flavor.broker_id)
-    starts = re.findall(r"Apache ActiveMQ \S+ \(node2, ([^)]+)\) started", cluster.log_since(2, 0))
+    starts = classic_broker_ids(cluster, 2)
     assert len(starts) >= 2 and len(set(starts)) == 1, starts
     assert depths_of(cluster, name)[node2.name] == 1
     assert consume_exactly(node2, creds, f"/queue/{name}", 1) == [body]

@@ -8,7 +8,6 @@ pair's live member restarts that member (it comes back as the standby) before it
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
@@ -23,7 +22,7 @@ from pyspark.sql import functions as F
 from clustermq.broker.nodes import Node
 from clustermq.devtools.localcluster.cluster import LocalCluster
 from conftest import Broker, cluster_flavors
-from test_localcluster import Collector, client, send_persistent
+from test_localcluster import classic_broker_ids, client, send_persistent
 from test_reader import BRIDGE_COPIES, drain
 from waits import cluster_state, wait_for
 
@@ -63,15 +62,6 @@ def test_the_group_is_one_node_named_as_written(pairs: Broker) -> None:
     assert len(nodes) == PAIRS and all(len(n.members) == 2 for n in nodes)
     assert pairs.cluster.brokers.count("masterslave:(") == PAIRS
     assert [n.name for n in nodes] == [n.name for n in pairs.connection("q").nodes]
-
-
-# Classic's start line names the broker and its id: "Apache ActiveMQ 5.18.3 (node0, <id>) started".
-CLASSIC_STARTED = re.compile(r"Apache ActiveMQ \S+ \([^,]+, (?P<id>[^)]+)\) started")
-
-
-def classic_broker_ids(pairs: Broker, member: int) -> list[str]:
-    """The broker id of every start of a member, from its whole log."""
-    return CLASSIC_STARTED.findall(pairs.cluster.log_since(member, 0))
 
 
 def took_over(pairs: Broker) -> int:
@@ -121,8 +111,8 @@ def test_reader_keeps_reading_through_a_killed_live_member(
             # The network's loop check goes by broker id: a new master with an id of its own had
             # its predecessor's forwarded messages sent back to it, and lost some of them
             # (classic_flavor.broker_id).
-            wait_for(lambda: classic_broker_ids(pairs, live), 30, f"member {live}'s start line")
-            ids = {*classic_broker_ids(pairs, member), *classic_broker_ids(pairs, live)}
+            wait_for(lambda: classic_broker_ids(pairs.cluster, live), 30, f"member {live}'s start line")
+            ids = {*classic_broker_ids(pairs.cluster, member), *classic_broker_ids(pairs.cluster, live)}
             assert len(ids) == 1, f"the members of {victim} started with broker ids {sorted(ids)}"
         pairs.produce(queue, 1000, first_id=total - 1000)
         wait_for(lambda: {r.id for r in collected} >= set(range(total)), 180, "every message", interval=0.5,
@@ -211,9 +201,9 @@ def test_a_new_master_is_the_same_broker_to_the_network(pairs: Broker) -> None:
             taken.wait_receipt("taking")
             send_persistent(holder_node, (username, password), destination, from_other)
 
-            def take(listener: Collector = taken) -> Counter[str]:
-                while not listener.messages.empty():
-                    got[listener.messages.get().body] += 1
+            def take() -> Counter[str]:
+                while not taken.messages.empty():
+                    got[taken.messages.get().body] += 1
                 return got
 
             wait_for(lambda: set(take()) >= set(from_other), 60,
