@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -213,33 +214,62 @@ def test_a_tls_connection_the_node_closes_ends_with_on_disconnected(tls_cluster:
     alone took the closed socket's empty reads for "no data yet": its I/O thread read on at 100 %
     of a core, ``on_disconnected`` never came, and a close from another thread then raced that
     thread inside OpenSSL (a segmentation fault in 2 of 3 runs of 900-1,800 refused logins;
-    broker/tls_transport.py)."""
+    broker/tls_transport.py).
+
+    Classic closes about 1 in 100 refused logins without writing the ERROR frame at all, over
+    ``stomp+nio`` as over ``stomp+nio+ssl`` (broker-behaviour.md, "A refused login without an
+    ERROR frame"): such an attempt must still end with ``on_disconnected``, and the client must
+    have received no byte (the frame was never sent, not lost by the client). The test logs in
+    until one attempt brings the ERROR, at most five times: five in a row without it would come
+    about once in 10^9 tests at the highest rate measured (17 in 1,000); Artemis must answer the
+    first (1,000 of 1,000 measured)."""
     import stomp
 
     from clustermq.broker.stomp_tls import apply_tls
 
     node = tls_cluster.nodes()[0]
-    events: list[str] = []
+    attempts: list[tuple[list[str], int]] = []
+    for _ in range(5):
+        events: list[str] = []
+        received = [0]
 
-    class Events(stomp.ConnectionListener):
-        def on_error(self, frame: stomp.utils.Frame) -> None:
-            events.append("error")
+        class Events(stomp.ConnectionListener):
+            def on_error(self, frame: stomp.utils.Frame) -> None:
+                events.append("error")
 
-        def on_disconnected(self) -> None:
-            events.append("disconnected")
+            def on_disconnected(self) -> None:
+                events.append("disconnected")
 
-    conn = stomp.Connection12([(node.host, node.port)], reconnect_attempts_max=1, heartbeats=(0, 0))
-    apply_tls(conn, node)  # the node carries the cluster's CA
-    conn.set_listener("events", Events())
-    conn.connect("clustermq", "not-the-password", wait=False)
-    try:
-        io_thread = conn.transport.io_thread
-        io_thread.join(20)
-        assert not io_thread.is_alive() and events == ["error", "disconnected"], (
-            f"20 s after the node refused the login: I/O thread alive {io_thread.is_alive()}, "
-            f"listener events {events} (want the ERROR, then the end of the connection)")
-    finally:
-        conn.transport.disconnect_socket()
+        conn = stomp.Connection12([(node.host, node.port)], reconnect_attempts_max=1, heartbeats=(0, 0))
+        apply_tls(conn, node)  # the node carries the cluster's CA
+        receive = conn.transport.receive
+
+        def counting_receive(receive: Any = receive, received: list[int] = received) -> bytes | None:
+            data: bytes | None = receive()
+            received[0] += len(data or b"")
+            return data
+
+        conn.transport.receive = counting_receive
+        conn.set_listener("events", Events())
+        conn.connect("clustermq", "not-the-password", wait=False)
+        try:
+            io_thread = conn.transport.io_thread
+            io_thread.join(20)
+            seen = list(events)  # before our own close, which stomp.py reports as a disconnect too
+            attempts.append((seen, received[0]))
+            assert not io_thread.is_alive() and seen in (["error", "disconnected"], ["disconnected"]), (
+                f"20 s after the node refused the login: I/O thread alive {io_thread.is_alive()}, "
+                f"listener events {seen}, {received[0]} bytes received (want the ERROR, then "
+                "the end of the connection)")
+        finally:
+            conn.transport.disconnect_socket()
+        if seen == ["error", "disconnected"]:
+            break
+        assert tls_cluster.flavor == "classic" and received[0] == 0, (
+            f"a refused login ended without an ERROR frame on {tls_cluster.flavor} after "
+            f"{received[0]} bytes from the node (attempts so far: {attempts})")
+    assert attempts[-1][0] == ["error", "disconnected"], (
+        f"no refused login of {len(attempts)} brought the ERROR frame: {attempts}")
 
 
 def test_wrong_ca_and_wrong_host_name_fail_clearly(tls_cluster: LocalCluster, other_ca: str) -> None:

@@ -6,7 +6,8 @@ Two consequences, both measured against the local cluster's TLS nodes:
 
 * A node that closes the connection is never noticed: the I/O thread keeps reading the closed
   socket (one core at 100 %) and ``on_disconnected`` never comes, so a refused login whose
-  ERROR frame was lost, or a node that went away, looked like a node that never answers.
+  ERROR frame never came (Classic omits it now and then), or a node that went away, looked like a
+  node that never answers.
 * Closing the connection from another thread (``disconnect_socket``: ours after a refused login,
   stomp.py's heart-beat thread) runs OpenSSL's shutdown while the I/O thread reads the same
   connection; against a node on the plain ``stomp+ssl`` transport that killed the Python
