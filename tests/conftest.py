@@ -191,6 +191,49 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByFlavor(config, log)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that fails has every running broker node of its worker print its threads' stacks
+    into its log, at once, before teardown restarts or stops anything: a node that stopped
+    answering (no CONNECTED frame, no RECEIPT) is then seen where it stood, next to its
+    ``gc.log`` (LocalCluster.dump_threads). The report names the clusters and the line the dump
+    follows."""
+    report: pytest.TestReport = yield
+    if report.failed and report.when == "call":
+        dumped = _dump_broker_threads(item)
+        if dumped:
+            report.sections.append(("clustermq: broker thread dumps", "\n".join(dumped)))
+    return report
+
+
+#: where a cluster's state file can sit under the worker's base temp: a session or module
+#: cluster (``cluster-classic0/``), or one a test started in its own ``tmp_path``
+CLUSTER_STATE_GLOBS = ("*/cluster.json", "*/*/cluster.json")
+
+
+def _dump_broker_threads(item: pytest.Item) -> list[str]:
+    import time
+
+    from clustermq.devtools.localcluster import LocalCluster
+
+    factory = getattr(item.config, "_tmp_path_factory", None)
+    if factory is None:
+        return []
+    base = factory.getbasetemp()
+    note = f"clustermq: thread dump: {item.nodeid} failed at {time.strftime('%Y-%m-%dT%H:%M:%S')}"
+    lines = []
+    # resolved: pytest links ``<name>current`` to the newest ``<name><n>``
+    for state_file in sorted({f.resolve() for pattern in CLUSTER_STATE_GLOBS for f in base.glob(pattern)}):
+        try:
+            nodes = LocalCluster(state_file.parent).dump_threads(note)
+        except (OSError, ValueError, RuntimeError) as exc:
+            lines.append(f"{state_file.parent}: no thread dump ({type(exc).__name__}: {exc})")
+            continue
+        if nodes:
+            lines.append(f"{state_file.parent}: nodes {nodes}, in node<i>/broker.log after '{note}'")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
     """A failing run ends with what a reader needs first: the failed tests, and where the
     broker logs and the kept ``--basetemp`` are (each test's own output is in its report

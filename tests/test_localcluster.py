@@ -37,6 +37,7 @@ from clustermq.devtools.localcluster.ports import amqp_ports, free_ports, node_p
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
 from clustermq.devtools.localcluster.stompprobe import stomp_connect
 from clustermq.devtools.localcluster.templates import render
+from waits import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -340,6 +341,28 @@ def test_wrong_password_is_refused(cluster: LocalCluster) -> None:
     assert not default_creds.ok
     depths = queue_depths([node], "anything", user, "not-the-password", timeout=10)
     assert depths[node.name] is None and depths.errors[node.name]
+
+
+def test_a_thread_dump_goes_into_the_node_log_and_the_node_answers_on(cluster: LocalCluster) -> None:
+    """What a failed test leaves of a node that stopped answering (conftest's
+    ``pytest_runtest_makereport``): every running node's thread stacks in its ``broker.log``,
+    after the note that names the test, and the collector's pauses in ``gc.log``. The dump
+    must not stop the node."""
+    note = f"clustermq: thread dump: test {uuid.uuid4().hex}"
+    running = [i for i in range(3) if cluster.is_running(i)]
+    assert running and cluster.dump_threads(note) == running
+
+    def dumped(i: int) -> bool:
+        text = cluster.log_path(i).read_text(errors="replace")
+        return note in text and "Full thread dump" in text[text.index(note):]
+
+    for i in running:
+        wait_for(lambda i=i: dumped(i), 20, f"node {i}'s thread dump after the note in its log")
+        gc_log = (cluster.node_dir(i) / "gc.log").read_text()
+        assert "Using " in gc_log, gc_log[:500]  # the collector's first line, e.g. "Using G1"
+    user, password = cluster.credentials
+    for node in cluster.nodes():
+        assert stomp_connect(node.host, node.port, user, password).ok, node.name
 
 
 def test_openwire_port_lets_a_reconnecting_bridge_replace_its_stale_connection(

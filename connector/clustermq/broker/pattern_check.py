@@ -17,11 +17,7 @@ from clustermq.broker.session import first_answering_node
 def check_queue_patterns(connection: ConnectionOptions, purpose: str) -> None:
     """Raise :class:`OptionError` when ``connection.queues`` has a pattern its broker cannot
     read; ``purpose`` completes "no broker node is reachable ..." when a node must be asked."""
-    if not queue_patterns(connection.queues):
-        return
-    dialect = configured_dialect(connection.flavor)
-    if dialect is not None:
-        dialect.check_queue_patterns(connection.queues)
-        return
+    if not queue_patterns(connection.queues) or configured_dialect(connection.flavor) is not None:
+        return  # a configured flavor's dialect checked them when the read options were parsed
     with first_answering_node(connection.nodes, connection, purpose) as session:
         session.dialect.check_queue_patterns(connection.queues, where=f"broker node {session.node.name}: ")

@@ -239,6 +239,25 @@ class LocalCluster:
                 node.pid = None
                 state.save(self.dir)
 
+    def dump_threads(self, note: str) -> list[int]:
+        """Have every running node print its threads' stacks into its ``broker.log``, after a
+        line with ``note``; the indexes of the nodes that did.
+
+        For a node that stopped answering: taken the moment a test fails (tests/conftest.py),
+        the dump shows where each thread of the node stood. SIGQUIT makes a HotSpot JVM print
+        the dump to its standard output, which is the node's log, and run on.
+        """
+        state = self.state()
+        dumped = []
+        for node in state.nodes:
+            if not self._dir.is_running(node):
+                continue
+            with self.log_path(node.index).open("a") as log:
+                log.write(f"\n{note}\n")
+            if process.send_signal(node.pid, self._dir.marker(node.index), signal.SIGQUIT):
+                dumped.append(node.index)
+        return dumped
+
     def start_node(self, i: int, timeout: float = READY_TIMEOUT, progress: Progress | None = None) -> float:
         """Restart a stopped node with its old ports, config and data; return seconds to ready.
 

@@ -141,13 +141,23 @@ def java_executable() -> str:
     return found
 
 
+#: a broker node's garbage-collector log, in its node directory
+GC_LOG = "gc.log"
+
+
 def broker_jvm(heap_min: str, heap_max: str, flags: Sequence[str], node_dir: Path,
                properties: Mapping[str, object]) -> list[str]:
-    """The start of a broker node's command line: java, its heap, the flavor's JVM flags, the
-    marker by which the node's pid is later recognised (:func:`marker_arg`) and the node's
-    system properties (where its configuration, data and logs live)."""
-    return [java_executable(), f"-Xms{heap_min}", f"-Xmx{heap_max}", *flags, marker_arg(node_dir),
-            *system_properties(properties)]
+    """The start of a broker node's command line: java, its heap, the flavor's JVM flags, its
+    garbage-collector log, the marker by which the node's pid is later recognised
+    (:func:`marker_arg`) and the node's system properties (where its configuration, data and
+    logs live).
+
+    The GC log (``gc.log`` beside ``broker.log``, each pause with its wall-clock time) is there
+    for the node that stops answering for a while: it tells a collector's pause from a stall
+    elsewhere."""
+    gc_log = f"-Xlog:gc:file={node_dir / GC_LOG}:time,uptime"
+    return [java_executable(), f"-Xms{heap_min}", f"-Xmx{heap_max}", *flags, gc_log,
+            marker_arg(node_dir), *system_properties(properties)]
 
 
 def system_properties(properties: Mapping[str, object]) -> list[str]:
