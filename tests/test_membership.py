@@ -161,12 +161,19 @@ def test_a_restart_with_a_changed_brokers_list_reads_on(
     assert sum(members.wait_depth_zero(queue).values()) == 0
 
 
+#: What Artemis 2.40 logs when a stop with scale-down fails before moving anything: the session
+#: factory to the scale-down target is connected, but its topology does not list that connection's
+#: node yet (measured once in a whole-suite run, under load)
+SCALE_DOWN_RACE = "PrimaryOnlyActivation.freezeConnections"
+
+
 def test_a_node_stopped_gracefully_while_a_drain_runs_loses_nothing(
     spark: SparkSession, members: Broker, tmp_path: Path
 ) -> None:
     """``cluster stop`` (SIGTERM) of one of three nodes after the first batch of an
     AvailableNow drain. Artemis scales the node down: its messages move to a peer and are read
-    there, the run ends without waiting for the node. Classic: the stopped node keeps its
+    there, the run ends without waiting for the node (unless the stop fails on Artemis's own
+    race before moving anything: then as on Classic). Classic: the stopped node keeps its
     backlog in its store, and a run after its restart reads it. Over the runs every message is
     read; a message read twice is one the stopped node had delivered before it went (planned,
     not acknowledged: handled as a lost node's), so its first copy came from that node, or, on
@@ -197,8 +204,15 @@ def test_a_node_stopped_gracefully_while_a_drain_runs_loses_nothing(
             cluster.start_node(2)
     scale_lines = [line for line in stopped_log if "scal" in line.lower()]
     print(f"[{cluster.flavor}] node 2 log on scaling: {scale_lines[-3:]}")
-    if cluster.flavor == "artemis":  # the stopped node moved its messages ("Scaled down N messages")
-        assert any("AMQ221078" in line for line in scale_lines), "\n".join(stopped_log[-40:])
+    if cluster.flavor == "artemis":
+        # The stopped node moved its messages ("Scaled down N messages"), or its stop failed before
+        # the move on Artemis's own race (SCALE_DOWN_RACE: broker-behaviour.md, "Cluster topology
+        # and scale-down"): then the messages stayed in its store, and the drain after its
+        # restart below must read every one of them, as on Classic.
+        scaled = any("AMQ221078" in line for line in scale_lines)
+        raced = any(SCALE_DOWN_RACE in line for line in stopped_log)
+        assert scaled or raced, "\n".join(stopped_log[-40:])
+        print(f"[{cluster.flavor}] node 2 {'scaled down' if scaled else 'kept its messages (scale-down race)'}")
     rows, _ = drain(spark, options, tmp_path)  # Classic: the restarted node's backlog
     ids = Counter(loadgen_ids(rows))
     assert sorted(ids) == list(range(3000)), f"{len(ids)} of 3000 ids; missing {sorted(set(range(3000)) - set(ids))[:10]}"
