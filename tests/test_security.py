@@ -18,12 +18,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from clustermq.broker.depth import queue_depths
+from clustermq.broker.nodes import Node
 from clustermq.broker.redaction import redact
 from clustermq.broker.stomp_connection import NodeUnavailable, close_connection, open_connection
 from clustermq.devtools.loadgen import LoadSpec, produce
@@ -208,6 +208,50 @@ def test_cluster_refuses_anonymous_default_and_plain_text_logins(tls_cluster: Lo
     assert not plain.ok, plain
 
 
+def refused_tls_login(node: Node) -> tuple[list[str], int]:
+    """One login the node refuses, on a bare stomp.py connection with the connector's TLS: the
+    listener's events once the I/O thread ended, and the bytes the node sent. Fails when the
+    thread still runs 20 s later or the events are not an ERROR and the end, or the end alone."""
+    import stomp
+
+    from clustermq.broker.stomp_tls import apply_tls
+
+    events: list[str] = []
+    received = 0
+
+    class Events(stomp.ConnectionListener):
+        def on_error(self, frame: stomp.utils.Frame) -> None:
+            events.append("error")
+
+        def on_disconnected(self) -> None:
+            events.append("disconnected")
+
+    conn = stomp.Connection12([(node.host, node.port)], reconnect_attempts_max=1, heartbeats=(0, 0))
+    apply_tls(conn, node)  # the node carries the cluster's CA
+    receive = conn.transport.receive
+
+    def counting_receive() -> bytes | None:
+        nonlocal received
+        data: bytes | None = receive()
+        received += len(data or b"")
+        return data
+
+    conn.transport.receive = counting_receive
+    conn.set_listener("events", Events())
+    conn.connect("clustermq", "not-the-password", wait=False)
+    try:
+        io_thread = conn.transport.io_thread
+        io_thread.join(20)
+        seen = list(events)  # before our own close, which stomp.py reports as a disconnect too
+        assert not io_thread.is_alive() and seen in (["error", "disconnected"], ["disconnected"]), (
+            f"20 s after the node refused the login: I/O thread alive {io_thread.is_alive()}, "
+            f"listener events {seen}, {received} bytes received (want the ERROR, then the end "
+            "of the connection)")
+    finally:
+        conn.transport.disconnect_socket()
+    return seen, received
+
+
 def test_a_tls_connection_the_node_closes_ends_with_on_disconnected(tls_cluster: LocalCluster) -> None:
     """A node that closes a TLS connection (here after refusing a login) ends it on the client:
     the ERROR frame first, then ``on_disconnected``, and stomp.py's I/O thread exits. stomp.py 9
@@ -223,51 +267,16 @@ def test_a_tls_connection_the_node_closes_ends_with_on_disconnected(tls_cluster:
     until one attempt brings the ERROR, at most five times: five in a row without it would come
     about once in 10^9 tests at the highest rate measured (17 in 1,000); Artemis must answer the
     first (1,000 of 1,000 measured)."""
-    import stomp
-
-    from clustermq.broker.stomp_tls import apply_tls
-
     node = tls_cluster.nodes()[0]
     attempts: list[tuple[list[str], int]] = []
     for _ in range(5):
-        events: list[str] = []
-        received = [0]
-
-        class Events(stomp.ConnectionListener):
-            def on_error(self, frame: stomp.utils.Frame) -> None:
-                events.append("error")
-
-            def on_disconnected(self) -> None:
-                events.append("disconnected")
-
-        conn = stomp.Connection12([(node.host, node.port)], reconnect_attempts_max=1, heartbeats=(0, 0))
-        apply_tls(conn, node)  # the node carries the cluster's CA
-        receive = conn.transport.receive
-
-        def counting_receive(receive: Any = receive, received: list[int] = received) -> bytes | None:
-            data: bytes | None = receive()
-            received[0] += len(data or b"")
-            return data
-
-        conn.transport.receive = counting_receive
-        conn.set_listener("events", Events())
-        conn.connect("clustermq", "not-the-password", wait=False)
-        try:
-            io_thread = conn.transport.io_thread
-            io_thread.join(20)
-            seen = list(events)  # before our own close, which stomp.py reports as a disconnect too
-            attempts.append((seen, received[0]))
-            assert not io_thread.is_alive() and seen in (["error", "disconnected"], ["disconnected"]), (
-                f"20 s after the node refused the login: I/O thread alive {io_thread.is_alive()}, "
-                f"listener events {seen}, {received[0]} bytes received (want the ERROR, then "
-                "the end of the connection)")
-        finally:
-            conn.transport.disconnect_socket()
+        seen, received = refused_tls_login(node)
+        attempts.append((seen, received))
         if seen == ["error", "disconnected"]:
             break
-        assert tls_cluster.flavor == "classic" and received[0] == 0, (
+        assert tls_cluster.flavor == "classic" and received == 0, (
             f"a refused login ended without an ERROR frame on {tls_cluster.flavor} after "
-            f"{received[0]} bytes from the node (attempts so far: {attempts})")
+            f"{received} bytes from the node (attempts so far: {attempts})")
     assert attempts[-1][0] == ["error", "disconnected"], (
         f"no refused login of {len(attempts)} brought the ERROR frame: {attempts}")
 
