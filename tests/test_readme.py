@@ -47,7 +47,7 @@ def readme_rows() -> list[tuple[str, str, str]]:
 def documented_default(default: str | None, meaning: str) -> str:
     if default is not None:
         return default
-    return "(required)" if "Required." in meaning else "(none)"
+    return "(required)" if re.search(r"\bRequired[.;]", meaning) else "(none)"
 
 
 def first_screen() -> str:

@@ -159,6 +159,43 @@ def test_a_reader_takes_queue_patterns_where_the_broker_has_them_and_the_writer_
         WriteOptions.parse({"brokers": BROKERS, "queue": "orders.>"})
 
 
+def test_a_topic_read_is_durable_unless_asked_and_refuses_what_it_does_not_do() -> None:
+    """A topic replaces the queue; without a subscription name only allowNonDurable reads it;
+    what a topic read does not support fails at parse time, naming the option."""
+    topic = {"brokers": BROKERS, "topic": "prices.eu"}
+    durable = ReadOptions.parse({**topic, "subscriptionName": "to-delta"}).connection
+    assert (durable.queues, durable.topic.name, durable.topic.client_id) == (
+        ("prices.eu",), "to-delta", "clustermq.prices.eu.to-delta")
+    assert ReadOptions.parse({**topic, "allowNonDurable": "true"}).connection.topic.client_id is None
+    assert ClassicDialect().topic_subscription(durable.topic) == (
+        "/topic/prices.eu", {"activemq.subscriptionName": "to-delta"})
+    assert ArtemisDialect().topic_subscription(durable.topic)[1]["durable-subscription-name"] == "to-delta"
+    for extra, fragment in (
+        ({}, "option 'subscriptionName': is required with 'topic'"),
+        ({"allowNonDurable": "false"}, "option 'subscriptionName': is required with 'topic'"),
+        ({"queue": "q", "subscriptionName": "s"}, "option 'topic': and 'queue' are both set"),
+        ({"subscriptionName": "a b"}, "option 'subscriptionName': 'a b' is not a subscription name"),
+        ({"subscriptionName": "s", "transport": "amqp", "amqpBrokers": "h1:5672,h2:5672"},
+         "option 'transport': is not supported with 'topic'"),
+        ({"subscriptionName": "s", "discovery": "cluster"}, "option 'discovery': is not supported with 'topic'"),
+        ({"subscriptionName": "s", "priorityNodes": "h1:61613"}, "option 'priorityNodes': is not supported"),
+        ({"subscriptionName": "s", "selector": "a = 1"}, "option 'selector': is not supported with 'topic'"),
+    ):
+        with pytest.raises(OptionError) as err:
+            ReadOptions.parse({**topic, **extra})
+        assert fragment in str(err.value), (extra, str(err.value))
+    with pytest.raises(OptionError, match="option 'topic': 'prices.>' contains '>'"):
+        ReadOptions.parse({"brokers": BROKERS, "topic": "prices.>", "subscriptionName": "s"})
+    with pytest.raises(OptionError, match="option 'subscriptionName': applies to a topic"):
+        ReadOptions.parse({"brokers": BROKERS, "queue": "q", "subscriptionName": "s"})
+    from clustermq.read.browse import check_browse_mode
+
+    with pytest.raises(OptionError, match="option 'topic': a batch read browses a queue's backlog"):
+        check_browse_mode(ReadOptions.parse({**topic, "subscriptionName": "s"}))
+    with pytest.raises(OptionError, match="unknown option 'topic' for the clustermq writer"):
+        WriteOptions.parse({"brokers": BROKERS, "topic": "t"})
+
+
 def test_missing_queue() -> None:
     with pytest.raises(OptionError, match="'queue' is required"):
         ReadOptions.parse({"brokers": BROKERS})

@@ -51,6 +51,26 @@ class ReconnectPolicy:
 
 
 @dataclass(frozen=True)
+class TopicSubscription:
+    """A reader's subscription to a topic (option ``topic``): durable under ``name``, or not.
+
+    A durable subscription is known to the broker by a client id and a name; the client id is
+    made from both the topic and the name, so that two queries with different subscriptions
+    never share one (Classic refuses a second connection with a client id in use, and Artemis
+    names the subscription's queue ``<client id>.<name>`` whatever the topic).
+    """
+
+    topic: str
+    #: ``subscriptionName``; ``None``: a non-durable subscription (``allowNonDurable``)
+    name: str | None = None
+
+    @property
+    def client_id(self) -> str | None:
+        """The CONNECT ``client-id`` of a durable subscription; ``None`` for a non-durable one."""
+        return f"clustermq.{self.topic}.{self.name}" if self.name is not None else None
+
+
+@dataclass(frozen=True)
 class ConnectionOptions:
     """What every connection to the cluster needs, for reading and writing alike."""
 
@@ -65,6 +85,8 @@ class ConnectionOptions:
     connect_timeout_s: float
     heartbeat_ms: int
     tls: TlsSettings | None = None  # also on every stomp+ssl node (Node.tls), where it is used
+    #: a reader of a topic (option ``topic``): ``queues`` then holds the topic's name alone
+    topic: TopicSubscription | None = None
 
     @property
     def queue(self) -> str:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from clustermq.broker.connection_options import ConnectionOptions, ReconnectPolicy, Secret
+from clustermq.broker.connection_options import ConnectionOptions, ReconnectPolicy, Secret, TopicSubscription
 from clustermq.broker.dialect import detect_dialect
 from clustermq.broker.listener import Inbox
 from clustermq.broker.nodes import Node
@@ -56,8 +56,10 @@ def _probe_options(
     )
 
 
-def queue_depth(node: Node, queue: str, username: str | None, password: str | None, timeout: float = 10.0) -> int:
-    """Depth of ``queue`` on one node; ``DepthError`` when the node cannot tell.
+def queue_depth(node: Node, queue: str, username: str | None, password: str | None, timeout: float = 10.0,
+                topic: TopicSubscription | None = None) -> int:
+    """Depth of ``queue`` on one node (of ``topic``'s subscription, for a topic reader);
+    ``DepthError`` when the node cannot tell.
 
     The login waits at most ``timeout`` s (the TCP connect at most 5 s of it), and the question
     and its answer must come within ``timeout`` s of the start.
@@ -73,7 +75,10 @@ def queue_depth(node: Node, queue: str, username: str | None, password: str | No
         raise DepthError(str(exc)) from None
     try:
         dialect = detect_dialect(connected.get("server"))
-        return dialect.queue_depth(Requester(conn, inbox, deadline), name)
+        requests = Requester(conn, inbox, deadline)
+        if topic is not None:
+            return dialect.subscription_depth(requests, topic)
+        return dialect.queue_depth(requests, name)
     finally:
         close_connection(conn)
 
@@ -84,6 +89,7 @@ def queue_depths(
     username: str | None,
     password: str | None,
     timeout: float = 10.0,
+    topic: TopicSubscription | None = None,
 ) -> QueueDepths:
     """Depth of ``queue`` on every node, asked in parallel; unreachable nodes map to ``None``.
 
@@ -96,7 +102,7 @@ def queue_depths(
     if not node_list:
         return result
     with ThreadPoolExecutor(max_workers=len(node_list), thread_name_prefix="clustermq-depth") as pool:
-        futures = [pool.submit(queue_depth, n, name, username, password, timeout) for n in node_list]
+        futures = [pool.submit(queue_depth, n, name, username, password, timeout, topic) for n in node_list]
         for node, future in zip(node_list, futures):
             try:
                 result[node.name] = future.result()
@@ -108,11 +114,11 @@ def queue_depths(
 
 def connection_depths(conn: ConnectionOptions) -> QueueDepths:
     """``queue_depths`` of the connector's queues, connecting as the reader does (login, TLS
-    settings, ``connectTimeout``). With several queues a node's depth is their sum, unknown
+    settings, ``connectTimeout``); a topic reader's, its subscription's. With several queues a node's depth is their sum, unknown
     (``None``) when any of them is: the reader's backlog on a node is all of its queues."""
     username, password = conn.login
-    per_queue = [queue_depths(list(conn.nodes), q, username, password, timeout=conn.connect_timeout_s)
-                 for q in conn.queues]
+    per_queue = [queue_depths(list(conn.nodes), q, username, password, timeout=conn.connect_timeout_s,
+                              topic=conn.topic) for q in conn.queues]
     if len(per_queue) == 1:
         return per_queue[0]
     result = QueueDepths(conn.queue_names)

@@ -51,6 +51,7 @@ def open_node(
     listener_name: str = "clustermq",
     *,
     socket_timeout_s: float | None = None,
+    client_id: str | None = None,
 ) -> NodeSession:
     """Connect to ``node`` and resolve its dialect; the caller owns the session and closes it,
     or opens it in a ``with`` block, which closes it (a request that ends with its caller).
@@ -58,7 +59,7 @@ def open_node(
     :func:`~clustermq.broker.stomp_connection.open_connection`.
     """
     conn, connected = open_connection(node, options, listener, listener_name,
-                                      socket_timeout_s=socket_timeout_s)
+                                      socket_timeout_s=socket_timeout_s, client_id=client_id)
     try:
         dialect = resolve_dialect(options.flavor, connected.get("server"))
     except BaseException:

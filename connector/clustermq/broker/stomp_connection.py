@@ -33,6 +33,7 @@ def open_connection(
     listener_name: str = "clustermq",
     *,
     socket_timeout_s: float | None = None,
+    client_id: str | None = None,
 ) -> tuple[stomp.Connection12, dict[str, str]]:
     """Connect and log in to ``node``; return the connection and the CONNECTED headers.
 
@@ -45,14 +46,15 @@ def open_connection(
     SUBSCRIBE before it returns). The login waits at most ``options.connect_timeout_s``; the
     TCP connect at most ``socket_timeout_s`` (default: the same). ``options.heartbeat_ms`` 0
     asks for no heart-beats (a short-lived probe). Bodies stay bytes (``auto_decode=False``):
-    message bodies are binary in the schema.
+    message bodies are binary in the schema. ``client_id`` is the CONNECT's ``client-id`` (a
+    durable topic subscription's owner).
     """
     if not node.members:
-        return _open_member(node, options, listener, listener_name, socket_timeout_s)
+        return _open_member(node, options, listener, listener_name, socket_timeout_s, client_id)
     failures = []
     for member in node.endpoints():
         try:
-            return _open_member(member, options, listener, listener_name, socket_timeout_s)
+            return _open_member(member, options, listener, listener_name, socket_timeout_s, client_id)
         except NodeUnavailable as exc:
             failures.append(exc)
     reasons = "; ".join(f"{f.node.name}: {f.reason}" for f in failures)
@@ -65,6 +67,7 @@ def _open_member(
     listener: stomp.ConnectionListener | None,
     listener_name: str,
     socket_timeout_s: float | None,
+    client_id: str | None = None,
 ) -> tuple[stomp.Connection12, dict[str, str]]:
     """One attempt at one address (a plain node or one member of a group); a failure is
     classified (refused, DNS, timeout, TLS, login: broker/reachability.py)."""
@@ -94,7 +97,8 @@ def _open_member(
     register_secret(password)
     started = time.monotonic()
     try:
-        conn.connect(username=username, passcode=password, wait=False)
+        conn.connect(username=username, passcode=password, wait=False,
+                     headers={"client-id": client_id} if client_id is not None else None)
     except (StompException, OSError) as exc:
         _abandon(conn, listener_name)
         raise connect_failure(node, socket_timeout, time.monotonic() - started, exc) from None

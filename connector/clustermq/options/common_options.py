@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from clustermq.broker.connection_options import ConnectionOptions, ReconnectPolicy, Secret
+from clustermq.broker.connection_options import ConnectionOptions, ReconnectPolicy, Secret, TopicSubscription
+from clustermq.broker.queue_names import queue_name
 from clustermq.errors import OptionError
 from clustermq.options.table import (
+    ALLOW_NON_DURABLE,
     BACK_OFF_MULTIPLIER,
     BROKERS,
     CONNECT_TIMEOUT,
@@ -18,6 +20,8 @@ from clustermq.options.table import (
     MAX_RECONNECT_DELAY,
     PASSWORD,
     QUEUE,
+    SUBSCRIPTION_NAME,
+    TOPIC,
     USE_EXPONENTIAL_BACK_OFF,
     USERNAME,
 )
@@ -44,9 +48,10 @@ def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
     group_id_header = GROUP_ID_HEADER.read(raw)
     connect_timeout_s = CONNECT_TIMEOUT.seconds(raw)
     heartbeat_ms = HEARTBEAT.read(raw)
+    topic = _topic(raw)
     return ConnectionOptions(
         nodes=nodes,
-        queues=QUEUE.read(raw),
+        queues=(topic.topic,) if topic is not None else QUEUE.read(raw),
         flavor=FLAVOR.read(raw),
         username=username,
         password=Secret(password) if password is not None else None,
@@ -60,4 +65,32 @@ def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
         connect_timeout_s=connect_timeout_s,
         heartbeat_ms=heartbeat_ms,
         tls=tls,
+        topic=topic,
     )
+
+
+def _topic(raw: Mapping[str, str]) -> TopicSubscription | None:
+    """A reader's ``topic`` and its subscription; ``None`` for a queue. A topic read without a
+    durable subscription loses what is published while it is not running, so it must be asked
+    for by name (``allowNonDurable``)."""
+    name, subscription = TOPIC.text(raw), SUBSCRIPTION_NAME.text(raw)
+    if name is None:
+        if subscription is not None or ALLOW_NON_DURABLE.given(raw):
+            given = SUBSCRIPTION_NAME if subscription is not None else ALLOW_NON_DURABLE
+            raise given.error(f"applies to a topic; set '{TOPIC.name}' (or leave it unset to read '{QUEUE.name}')")
+        return None
+    if QUEUE.given(raw):
+        raise TOPIC.error(f"and '{QUEUE.name}' are both set; allowed: one of them (a source reads queues or a topic)")
+    topic = queue_name(name, TOPIC.name)
+    if subscription is None:
+        if not ALLOW_NON_DURABLE.read(raw):
+            raise SUBSCRIPTION_NAME.error(
+                f"is required with '{TOPIC.name}': a durable subscription keeps what is published while "
+                f"the query is stopped; allowed: a name (e.g. 'orders-to-delta'), or "
+                f"'{ALLOW_NON_DURABLE.name}=true' to accept losing those messages")
+        return TopicSubscription(topic)
+    if not subscription.strip() or any(c.isspace() or c in ",:*>#?/" or ord(c) < 32 for c in subscription):
+        raise SUBSCRIPTION_NAME.error(
+            f"'{subscription}' is not a subscription name; allowed: letters, digits, '.', '-', '_' "
+            "(no spaces, no ',' ':' '*' '>' '#' '?' '/')")
+    return TopicSubscription(topic, subscription.strip())

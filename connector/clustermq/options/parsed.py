@@ -31,6 +31,7 @@ from clustermq.options.table import (
     RECEIPT_TIMEOUT,
     REPLAY_TIMEOUT,
     SELECTOR,
+    TOPIC,
     TRANSPORT,
     WRITE_MODE,
     check_known,
@@ -87,6 +88,8 @@ class ReadOptions:
         flavor = configured_dialect(conn.flavor)
         if flavor is not None:
             flavor.check_queue_patterns(conn.queues)
+        if conn.topic is not None:
+            _check_topic_read(raw)
         if delivery_count and transport != "amqp":
             raise INCLUDE_DELIVERY_COUNT.error(
                 f"needs {TRANSPORT.name}=amqp (it is '{transport}'): the brokers' STOMP frames carry "
@@ -159,6 +162,20 @@ class WriteOptions:
             priority=_priority(raw, conn.nodes),
             write_mode=WRITE_MODE.read(raw),
         )
+
+
+def _check_topic_read(raw: Mapping[str, str]) -> None:
+    """Refuse what a topic read does not do yet, each with the reason, before it connects."""
+    refused = (
+        (TRANSPORT, TRANSPORT.read(raw) == "amqp", "a topic is read over STOMP"),
+        (DISCOVERY, DISCOVERY.read(raw) == "cluster",
+         "a topic's subscriptions live on the nodes listed in 'brokers'; list them all"),
+        (PRIORITY_NODES, PRIORITY_NODES.given(raw), "a topic's subscriptions do not fail over between nodes"),
+        (SELECTOR, SELECTOR.given(raw), "a topic subscription reads every message published to it"),
+    )
+    for option, given, reason in refused:
+        if given:
+            raise option.error(f"is not supported with '{TOPIC.name}': {reason}")
 
 
 def _priority(raw: Mapping[str, str], nodes: tuple[Node, ...]) -> tuple[int, ...]:

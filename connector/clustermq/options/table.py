@@ -47,7 +47,10 @@ def default_prefetch(max_messages_per_trigger: int | None) -> int:
 
 # ---------------------------------------------------------------------------- the table (README order)
 BROKERS = NodeList("brokers", meaning="Comma-separated STOMP endpoints of the cluster nodes, `host:port` or `stomp+ssl://host:port`; a master/slave or primary/backup pair is one node, `masterslave:(host:port,host:port)`, members in failover order (docs/design.md, Failover pairs). Required.")
-QUEUE = QueueNames("queue", meaning="Queue name (without `/queue/`). Required. Reading: also a comma-separated list of queues read as one source (`orders,payments`), each named once, and on Classic (over STOMP) patterns: `orders.>` reads every queue under `orders.`, `*` stands for one segment (Artemis has no queue patterns: refused); the `destination` column says which queue a row came from. Writing: one queue. Each name at most 1024 bytes; no spaces, control characters, `:` `*` `>` `#` `?` outside a pattern (brokers read them as wildcards or destination options).")
+QUEUE = QueueNames("queue", meaning="Queue name (without `/queue/`). Required; a reader may give `topic` instead. Reading: also a comma-separated list of queues read as one source (`orders,payments`), each named once, and on Classic (over STOMP) patterns: `orders.>` reads every queue under `orders.`, `*` stands for one segment (Artemis has no queue patterns: refused); the `destination` column says which queue a row came from. Writing: one queue. Each name at most 1024 bytes; no spaces, control characters, `:` `*` `>` `#` `?` outside a pattern (brokers read them as wildcards or destination options).")
+TOPIC = Text("topic", shown="none", applies_to="read", meaning="Reader: the topic to read instead of a queue (without `/topic/`; the same name rules, no pattern), through a subscription of its own: durable under `subscriptionName`, so that messages published while the query is stopped wait for it, and acknowledged on commit as a queue's. Classic keeps the subscription on the first node of `brokers` (the network of brokers forwards every node's messages to it, also while the query is stopped); Artemis on every node (the cluster gives each message to one of them; the topic's address must default to MULTICAST routing, docs/broker-behaviour.md, Topics over STOMP). Not with `mode=browse`, `transport=amqp`, `discovery=cluster`, `priorityNodes`, `selector` (docs/design.md, Topics).")
+SUBSCRIPTION_NAME = Text("subscriptionName", shown="none", applies_to="read", meaning="With `topic`: the durable subscription's name, under the client id `clustermq.<topic>.<subscriptionName>`; one query per subscription (Classic refuses a second connection with that client id). Required unless `allowNonDurable=true`.")
+ALLOW_NON_DURABLE = Bool("allowNonDurable", default=False, applies_to="read", meaning="With `topic` and no `subscriptionName`: read through a non-durable subscription, which loses every message published while the query is not running.")
 FLAVOR = Choice("flavor", default="auto", allowed=FLAVORS, meaning="Broker kind: `auto` (from the CONNECTED frame's `server` header), " + " or ".join(f"`{name}`" for name in DIALECTS) + ".")
 USERNAME = Text("username", meaning="Login user for every node.")
 PASSWORD = Text("password", meaning="Login password. Never logged, never shown in errors, progress or `repr()`.")
@@ -94,7 +97,8 @@ OPTIONS: tuple[Option[Any], ...] = (
     SSL_KEY_FILE, SSL_VERIFY_HOSTNAME, CONNECT_TIMEOUT, HEARTBEAT, NO_NODE_TIMEOUT,
     AVAILABLE_NOW_IDLE_TIMEOUT, REPLAY_TIMEOUT, LOAD_BALANCING_POLICY, PERSISTENT,
     HEADERS_FROM_COLUMNS, RECEIPT_TIMEOUT, WRITE_MODE, MODE, BROWSE_IDLE_TIMEOUT, DISCOVERY,
-    PRIORITY_NODES, TRANSPORT, AMQP_BROKERS, SELECTOR, INCLUDE_DELIVERY_COUNT,
+    PRIORITY_NODES, TRANSPORT, AMQP_BROKERS, SELECTOR, INCLUDE_DELIVERY_COUNT, TOPIC,
+    SUBSCRIPTION_NAME, ALLOW_NON_DURABLE,
 )
 #: every option by its name as users write it (``SPEC["heartbeat"]``)
 SPEC: dict[str, Option[Any]] = {option.name: option for option in OPTIONS}

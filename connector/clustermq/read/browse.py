@@ -70,6 +70,11 @@ def one_queue(options: ReadOptions, queue: str) -> ReadOptions:
 
 def check_browse_mode(options: ReadOptions) -> None:
     """Refuse what a batch read cannot do, before any task runs."""
+    if options.connection.topic is not None:
+        raise OptionError(
+            "option 'topic': a batch read browses a queue's backlog, and a topic keeps none for it "
+            "to browse; read a topic with a streaming query (readStream, Trigger.AvailableNow to "
+            "read what its subscription holds and stop)")
     if options.mode == "drain":
         raise OptionError(
             "option 'mode': a batch read cannot drain a queue (nothing would acknowledge the "

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any
 
+from clustermq.broker.connection_options import TopicSubscription
 from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.frames import body_bytes, error_text, message_headers
 from clustermq.broker.listener import StompListener
@@ -123,10 +124,15 @@ def open_stomp_link(owner: LinkOwner, generation: int) -> StompLink:
     :class:`~clustermq.errors.NodeUnavailable`."""
     options = owner.options
     receiver = Receiver(owner, generation)
-    session = open_node(owner.node, options.connection, receiver)
+    topic = options.connection.topic
+    session = open_node(owner.node, options.connection, receiver,
+                        client_id=topic.client_id if topic is not None else None)
     try:
         dialect = session.dialect
         owner.set_dialect(dialect)  # deliveries start before subscribe() returns
+        if topic is not None:
+            subscribe_topic(session, receiver, owner.index, options, topic)
+            return StompLink(session, options.ack_mode)
         slots = slot_ids(owner.index, slot_count(dialect, options.num_partitions))
         queues = options.connection.queues
         # one subscription per group slot (several where the broker hides groups) and queue;
@@ -142,3 +148,20 @@ def open_stomp_link(owner: LinkOwner, generation: int) -> StompLink:
         session.close()
         raise
     return StompLink(session, options.ack_mode)
+
+
+def subscribe_topic(session: NodeSession, receiver: Receiver, index: int, options: ReadOptions,
+                    topic: TopicSubscription) -> None:
+    """One subscription to ``topic`` on the node, or none where the broker keeps a topic's
+    subscription on the first node only: that node's connection then stays open and idle, so
+    the node still counts as reachable and keeps its offset."""
+    dialect = session.dialect
+    if index != 0 and not dialect.topic_on_every_node:
+        log.info("node %s: %s keeps the subscription to topic '%s' on the first node; not subscribing here",
+                 session.node.name, dialect.product, topic.topic)
+        return
+    sub_id = next(iter(slot_ids(index, 1)))
+    receiver.slots = {sub_id: None}
+    destination, headers = dialect.topic_subscription(topic)
+    session.conn.subscribe(destination=destination, id=sub_id, ack=options.ack_mode,
+                           headers={**flow_control(options, dialect, 1), **headers})

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from clustermq.broker.connection_options import TopicSubscription
 from clustermq.broker.dialect.base import BrokerDialect
 from clustermq.broker.frames import body_text
 from clustermq.broker.request import Requester
@@ -75,6 +76,21 @@ class ArtemisDialect(BrokerDialect):
 
     def routing_headers(self) -> dict[str, str]:
         return {"destination-type": "ANYCAST"}
+
+    def topic_subscription(self, topic: TopicSubscription) -> tuple[str, dict[str, str]]:
+        """A multicast subscription on the bare address; durable: a queue named
+        ``<client id>.<name>`` that lives on after the consumer, one per node, which the cluster
+        treats as one (each message goes to one of them, and redistribution moves a node's
+        messages to one whose queue has a consumer)."""
+        headers = {"destination-type": "MULTICAST", "subscription-type": "MULTICAST"}
+        if topic.name is not None:
+            headers["durable-subscription-name"] = topic.name
+        return topic.topic, headers
+
+    def subscription_depth(self, requests: Requester, topic: TopicSubscription) -> int:
+        if topic.name is None:
+            return super().subscription_depth(requests, topic)
+        return self.queue_depth(requests, f"{topic.client_id}.{topic.name}")
 
     def selector_probe(self, token: str) -> tuple[str, dict[str, str]]:
         """A multicast address of its own (auto-created, as the management replies' are): the

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from clustermq.broker.connection_options import TopicSubscription
 from clustermq.broker.queue_names import queue_patterns
 from clustermq.broker.request import Requester
-from clustermq.errors import BrowseNotSupported, OptionError
+from clustermq.errors import BrowseNotSupported, DepthError, OptionError
 
 #: what to do instead of a browse, where a broker cannot browse
 READ_BY_DRAINING = (
@@ -43,6 +44,10 @@ class BrokerDialect:
     queue_patterns_refused: str | None = "it has no queue patterns"
     #: whether :meth:`move_messages` keeps a message's expiration (JMSExpiration)
     move_keeps_expiration: bool = True
+    #: whether a topic is read through a subscription on every node, because the cluster gives
+    #: each message to one of them; else on the first node of ``brokers`` only, because every
+    #: node's subscription would get its own copy of each message (docs/design.md, Topics)
+    topic_on_every_node: bool = True
 
     def destination(self, queue: str) -> str:
         return f"/queue/{queue}"
@@ -50,6 +55,16 @@ class BrokerDialect:
     def amqp_source(self, queue: str) -> tuple[str, tuple[str, ...]]:
         """The AMQP 1.0 source address of ``queue`` and its capabilities (transport=amqp)."""
         return queue, ("queue",)
+
+    def topic_subscription(self, topic: TopicSubscription) -> tuple[str, dict[str, str]]:
+        """The SUBSCRIBE destination of ``topic`` and the headers that make the subscription
+        durable under its name (the CONNECT carries ``topic.client_id``)."""
+        raise NotImplementedError(f"{self.product}: no topic subscription over STOMP")
+
+    def subscription_depth(self, requests: Requester, topic: TopicSubscription) -> int:
+        """Messages ``topic``'s durable subscription holds on the node ``requests`` is connected
+        to; :class:`~clustermq.errors.DepthError` where the node cannot tell."""
+        raise DepthError(f"{self.product} tells no depth of a topic subscription over STOMP")
 
     def routing_headers(self) -> dict[str, str]:
         """Headers every SEND and SUBSCRIBE to a queue needs."""

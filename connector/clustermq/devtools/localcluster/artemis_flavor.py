@@ -106,7 +106,7 @@ class ArtemisFlavor(BrokerFlavor):
         """``bin/artemis producer|consumer`` over CORE (the node's cluster acceptor)."""
         argv = [str(Path(cluster.home) / "bin" / "artemis"), run.role, "--silent",
                 "--url", f"tcp://{node.host}:{node.peer_port}", "--user", cluster.username,
-                "--password", cluster.password, "--destination", f"queue://{run.queue}",
+                "--password", cluster.password, "--destination", run.destination,
                 "--message-count", str(run.count)]
         if run.role == "producer":
             argv += ["--group", run.group] if run.group else []

@@ -37,6 +37,14 @@ class JmsClientRun:
     group: str | None = None
     body_size: int = 0
     selector: str | None = None
+    #: ``queue`` names a topic: the client publishes to ``topic://<queue>`` (a consumer would
+    #: read it through a non-durable subscription)
+    topic: bool = False
+
+    @property
+    def destination(self) -> str:
+        """The client's ``--destination``."""
+        return f"{'topic' if self.topic else 'queue'}://{self.queue}"
 
 
 class BrokerFlavor(ABC):

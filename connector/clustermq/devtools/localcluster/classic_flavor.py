@@ -147,7 +147,7 @@ class ClassicFlavor(BrokerFlavor):
         selector lost its quotes); a selector goes in the destination's ``consumer.selector``
         option (the CLI has no flag for it)."""
         home = Path(cluster.home)
-        destination = f"queue://{run.queue}" + (f"?consumer.selector={run.selector}" if run.selector else "")
+        destination = run.destination + (f"?consumer.selector={run.selector}" if run.selector else "")
         argv = [process.java_executable(), "-Xmx256m", *JAVA_MODULE_FLAGS,
                 *process.system_properties({"java.io.tmpdir": run.work,
                                             **_activemq_dirs(home, home, home / "conf", run.work)}),

@@ -1,0 +1,188 @@
+"""Reading a topic through a durable subscription: every node's messages once, also those
+published while the query was stopped, acknowledged on commit.
+
+The traffic comes from the distributions' own JMS producers (``topic://``), one per node; the
+reader's subscription lives where the dialect says (Classic: the first node, which the network
+of brokers forwards every node's messages to; Artemis: every node, the cluster giving each
+message to one of them).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stomp
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from clustermq.broker.depth import connection_depths
+from clustermq.options import ReadOptions
+from test_jms_interop import finish, jms_client, position, producer_of
+from waits import cluster_state
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+PER_NODE = 200
+#: how long a published marker may take to reach the query (a Classic bridge learns of the
+#: subscription from an advisory, and a trigger runs every 200 ms)
+MARKER_TIMEOUT_S = 60.0
+#: how long the query may take to read what the producers sent
+READ_TIMEOUT_S = 180.0
+#: AvailableNow ends this long after the last message where the backlog cannot be measured
+#: (Classic tells no subscription depth over STOMP); Artemis's run ends at the measured 600
+IDLE_MS = 5000
+
+
+def topic_options(broker: Any, topic: str, **extra: object) -> dict[str, str]:
+    return {"brokers": broker.cluster.brokers, **broker.login, "topic": topic,
+            **{k: str(v) for k, v in extra.items()}}
+
+
+def start_query(spark: SparkSession, options: dict[str, str], checkpoint: Path,
+                collected: list[dict[str, Any]], available_now: bool = False) -> StreamingQuery:
+    """A ``processingTime`` query (or an AvailableNow run) that appends each row's node,
+    offset, id and body to ``collected`` (foreachBatch runs in the test's process)."""
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        for r in batch.select("node", "sequence", "message_id", "headers", "body").collect():
+            collected.append({"node": r["node"], "sequence": r["sequence"], "body": bytes(r["body"]),
+                              "message_id": r["message_id"], "headers": dict(r["headers"])})
+
+    return (spark.readStream.format("clustermq").options(**options).load()
+            .writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+            .trigger(**({"availableNow": True} if available_now else {"processingTime": "200 milliseconds"}))
+            .start())
+
+
+def wait_started(query: StreamingQuery, timeout: float = 120.0) -> None:
+    """Until the query finished a trigger: its source is connected and subscribed."""
+    deadline = time.monotonic() + timeout
+    while query.lastProgress is None:
+        assert query.isActive, query.exception()
+        assert time.monotonic() < deadline, f"query made no progress in {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+def send_markers_until_read(broker: Any, topic: str, collected: list[dict[str, Any]]) -> int:
+    """Publish a marker to each node (again every second) until the query read one from every
+    node: then every node routes the topic to the subscription. Returns the markers sent."""
+    username, password = broker.cluster.credentials
+    sent = 0
+    pending = dict(enumerate(broker.cluster.nodes()))
+    deadline = time.monotonic() + MARKER_TIMEOUT_S
+    while pending:
+        for index, node in pending.items():
+            conn = stomp.Connection12([(node.host, node.port)])
+            conn.connect(username, password, wait=True)
+            conn.send(f"/topic/{topic}", body=f"marker {index}", headers={"receipt": f"m{sent}"})
+            conn.disconnect()
+            sent += 1
+        time.sleep(1.0)
+        read = {row["body"] for row in collected}
+        pending = {i: n for i, n in pending.items() if f"marker {i}".encode() not in read}
+        assert time.monotonic() < deadline, (
+            f"no marker from node(s) {sorted(pending)} reached the query in {MARKER_TIMEOUT_S:.0f} s\n"
+            f"{cluster_state(broker, topic)}")
+    return sent
+
+
+def publish_on_every_node(broker: Any, work: Path, topic: str, phase: str) -> None:
+    """One JMS producer per node at once, PER_NODE persistent TextMessages each."""
+    with ExitStack() as stack:
+        procs = {i: stack.enter_context(jms_client(broker, work, f"{phase}-{i}", i, "producer", topic,
+                                                   PER_NODE, topic=True))
+                 for i in range(len(broker.cluster.nodes()))}
+        for index, proc in procs.items():
+            finish(proc, work / f"{phase}-{index}.log", f"JMS producer on node {index}")
+
+
+def jms_keys(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(producer, place in its sequence) of every row a JMS producer sent."""
+    return [(producer_of(r["message_id"], r["headers"]), position(r["message_id"], r["headers"]))
+            for r in rows if not r["body"].startswith(b"marker")]
+
+
+def wait_for_count(query: StreamingQuery, collected: list[dict[str, Any]], expected: int,
+                   broker: Any, topic: str) -> None:
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while len(jms_keys(collected)) < expected:
+        assert query.isActive, query.exception()
+        assert time.monotonic() < deadline, (
+            f"the query read {len(jms_keys(collected))} of {expected} JMS messages in "
+            f"{READ_TIMEOUT_S:.0f} s\n{cluster_state(broker, topic)}")
+        time.sleep(0.5)
+
+
+def wait_acknowledged(query: StreamingQuery, timeout: float = 60.0) -> dict[str, Any]:
+    """Until the progress says every node acknowledged all it delivered (``acknowledged`` up to
+    ``offset``): a query stopped before its next trigger gives its last batch back to the broker
+    (README, Delivery guarantees), and the next run would read it again. Returns the lag."""
+    deadline = time.monotonic() + timeout
+    while True:
+        progress = query.lastProgress
+        lag = json.loads(progress["sources"][0]["latestOffset"] or "{}") if progress else {}
+        if lag and all(v["acknowledged"] == v["offset"] for v in lag.values()):
+            return lag
+        assert query.isActive, query.exception()
+        assert time.monotonic() < deadline, f"not every delivery acknowledged after {timeout:.0f} s: {lag}"
+        time.sleep(0.5)
+
+
+def test_a_durable_subscription_reads_every_node_once_and_keeps_what_is_published_while_stopped(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    """A query subscribes; a JMS producer per node publishes 200 (600 read, all acknowledged).
+    The query stops; 600 more are published; an AvailableNow run from its checkpoint reads
+    exactly those 600: each of the 1,200 once, and each run's rows are one contiguous range of
+    offsets per node. On Artemis the subscription's queues then hold nothing."""
+    topic = f"topic.{uuid.uuid4().hex[:8]}"  # the local Artemis cluster's topics: topic.# (multicast)
+    options = topic_options(broker, topic, subscriptionName="everything")
+    checkpoint = tmp_path / "checkpoint"
+    first: list[dict[str, Any]] = []
+    query = start_query(spark, options, checkpoint, first)
+    try:
+        wait_started(query)
+        markers = send_markers_until_read(broker, topic, first)
+        publish_on_every_node(broker, tmp_path, topic, "live")
+        wait_for_count(query, first, 3 * PER_NODE, broker, topic)
+        wait_acknowledged(query)
+    finally:
+        query.stop()
+    publish_on_every_node(broker, tmp_path, topic, "stopped")
+    depths = connection_depths(ReadOptions.parse(options).connection)
+    if broker.flavor == "artemis":  # the subscription's queues on the nodes hold them
+        assert depths.complete and depths.total == 3 * PER_NODE, (depths, depths.errors)
+    else:  # Classic tells no subscription depth over STOMP: the probe says so per node
+        assert set(depths.errors) == {n.name for n in broker.cluster.nodes()}, depths.errors
+    second: list[dict[str, Any]] = []
+    query = start_query(spark, {**options, "availableNowIdleTimeout": str(IDLE_MS)}, checkpoint, second,
+                        available_now=True)
+    if not query.awaitTermination(READ_TIMEOUT_S):
+        query.stop()
+        raise AssertionError(f"the AvailableNow run did not end in {READ_TIMEOUT_S:.0f} s; it read "
+                             f"{len(jms_keys(second))}\n{cluster_state(broker, topic)}")
+    assert query.exception() is None, query.exception()
+    live, stopped = jms_keys(first), jms_keys(second)
+    assert (len(live), len(set(live)), len(stopped), len(set(stopped)), len(set(live) & set(stopped))) == (
+        600, 600, 600, 600, 0), (
+        f"live: {len(live)} rows, {len(set(live))} distinct; while stopped: {len(stopped)} rows, "
+        f"{len(set(stopped))} distinct; {len(set(live) & set(stopped))} read in both runs")
+    assert len({p for p, _ in live}) == len({p for p, _ in stopped}) == 3
+    for rows in (first, second):
+        per_node: dict[str, list[int]] = {}
+        for r in rows:
+            per_node.setdefault(r["node"], []).append(r["sequence"])
+        assert all(sorted(s) == list(range(min(s), min(s) + len(s))) for s in per_node.values()), {
+            node: (len(s), len(set(s)), min(s), max(s)) for node, s in per_node.items()}
+        if broker.flavor == "classic":  # the subscription lives on the first node only
+            assert set(per_node) == {broker.cluster.nodes()[0].name}, sorted(per_node)
+    assert sum(1 for r in first if r["body"].startswith(b"marker")) <= markers
+    if broker.flavor == "artemis":
+        depths = connection_depths(ReadOptions.parse(options).connection)
+        assert depths.complete and depths.total == 0, (depths, depths.errors)
