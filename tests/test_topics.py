@@ -10,21 +10,20 @@ message to one of them).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-import stomp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from clustermq.broker.depth import connection_depths
+from clustermq.broker.stomp_connection import close_connection, open_connection
 from clustermq.options import ReadOptions
 from test_jms_interop import finish, jms_client, position, producer_of
-from waits import cluster_state
+from waits import cluster_state, poll, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -60,35 +59,38 @@ def start_query(spark: SparkSession, options: dict[str, str], checkpoint: Path,
             .start())
 
 
+def running(query: StreamingQuery) -> None:
+    """Fail at once, with the query's own error, when it has stopped."""
+    assert query.isActive, query.exception()
+
+
 def wait_started(query: StreamingQuery, timeout: float = 120.0) -> None:
     """Until the query finished a trigger: its source is connected and subscribed."""
-    deadline = time.monotonic() + timeout
-    while query.lastProgress is None:
-        assert query.isActive, query.exception()
-        assert time.monotonic() < deadline, f"query made no progress in {timeout:.0f} s"
-        time.sleep(0.2)
+    poll(lambda: running(query) or query.lastProgress, timeout, "the query's first trigger", 0.2)
 
 
 def send_markers_until_read(broker: Any, topic: str, collected: list[dict[str, Any]]) -> int:
     """Publish a marker to each node (again every second) until the query read one from every
     node: then every node routes the topic to the subscription. Returns the markers sent."""
-    username, password = broker.cluster.credentials
-    sent = 0
     pending = dict(enumerate(broker.cluster.nodes()))
-    deadline = time.monotonic() + MARKER_TIMEOUT_S
-    while pending:
-        for index, node in pending.items():
-            conn = stomp.Connection12([(node.host, node.port)])
-            conn.connect(username, password, wait=True)
-            conn.send(f"/topic/{topic}", body=f"marker {index}", headers={"receipt": f"m{sent}"})
-            conn.disconnect()
-            sent += 1
-        time.sleep(1.0)
+    sent = 0
+
+    def every_node_read() -> bool:
+        nonlocal sent
         read = {row["body"] for row in collected}
-        pending = {i: n for i, n in pending.items() if f"marker {i}".encode() not in read}
-        assert time.monotonic() < deadline, (
-            f"no marker from node(s) {sorted(pending)} reached the query in {MARKER_TIMEOUT_S:.0f} s\n"
-            f"{cluster_state(broker, topic)}")
+        for index in [i for i in pending if f"marker {i}".encode() in read]:
+            del pending[index]
+        for index, node in pending.items():
+            conn, _ = open_connection(node, broker.connection(topic))
+            try:
+                conn.send(f"/topic/{topic}", body=f"marker {index}", headers={"receipt": f"m{sent}"})
+            finally:
+                close_connection(conn)
+            sent += 1
+        return not pending
+
+    wait_for(every_node_read, MARKER_TIMEOUT_S, "a marker from every node to reach the query", 1.0,
+             explain=lambda: f"none from node(s) {sorted(pending)}\n{cluster_state(broker, topic)}")
     return sent
 
 
@@ -110,28 +112,29 @@ def jms_keys(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
 
 def wait_for_count(query: StreamingQuery, collected: list[dict[str, Any]], expected: int,
                    broker: Any, topic: str) -> None:
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    while len(jms_keys(collected)) < expected:
-        assert query.isActive, query.exception()
-        assert time.monotonic() < deadline, (
-            f"the query read {len(jms_keys(collected))} of {expected} JMS messages in "
-            f"{READ_TIMEOUT_S:.0f} s\n{cluster_state(broker, topic)}")
-        time.sleep(0.5)
+    def enough() -> bool:
+        running(query)
+        return len(jms_keys(collected)) >= expected
+
+    wait_for(enough, READ_TIMEOUT_S, f"the query to read {expected} JMS messages", 0.5,
+             explain=lambda: f"it read {len(jms_keys(collected))}\n{cluster_state(broker, topic)}")
 
 
 def wait_acknowledged(query: StreamingQuery, timeout: float = 60.0) -> dict[str, Any]:
     """Until the progress says every node acknowledged all it delivered (``acknowledged`` up to
     ``offset``): a query stopped before its next trigger gives its last batch back to the broker
     (README, Delivery guarantees), and the next run would read it again. Returns the lag."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def lag() -> dict[str, Any]:
+        running(query)
         progress = query.lastProgress
-        lag = json.loads(progress["sources"][0]["latestOffset"] or "{}") if progress else {}
-        if lag and all(v["acknowledged"] == v["offset"] for v in lag.values()):
-            return lag
-        assert query.isActive, query.exception()
-        assert time.monotonic() < deadline, f"not every delivery acknowledged after {timeout:.0f} s: {lag}"
-        time.sleep(0.5)
+        return json.loads(progress["sources"][0]["latestOffset"] or "{}") if progress else {}
+
+    def all_acknowledged() -> dict[str, Any] | None:
+        current = lag()
+        return current if current and all(v["acknowledged"] == v["offset"] for v in current.values()) else None
+
+    return poll(all_acknowledged, timeout, "every delivery acknowledged", 0.5, explain=lambda: str(lag()))
 
 
 def test_a_durable_subscription_reads_every_node_once_and_keeps_what_is_published_while_stopped(

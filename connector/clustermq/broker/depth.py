@@ -113,9 +113,10 @@ def queue_depths(
 
 
 def connection_depths(conn: ConnectionOptions) -> QueueDepths:
-    """``queue_depths`` of the connector's queues, connecting as the reader does (login, TLS
-    settings, ``connectTimeout``); a topic reader's, its subscription's. With several queues a node's depth is their sum, unknown
-    (``None``) when any of them is: the reader's backlog on a node is all of its queues."""
+    """``queue_depths`` of the connector's queues (a topic reader's: its subscription's),
+    connecting as the reader does (login, TLS settings, ``connectTimeout``). With several queues
+    a node's depth is their sum, unknown (``None``) when any of them is: the reader's backlog on
+    a node is all of its queues."""
     username, password = conn.login
     per_queue = [queue_depths(list(conn.nodes), q, username, password, timeout=conn.connect_timeout_s,
                               topic=conn.topic) for q in conn.queues]

@@ -89,8 +89,8 @@ def _topic(raw: Mapping[str, str]) -> TopicSubscription | None:
                 f"the query is stopped; allowed: a name (e.g. 'orders-to-delta'), or "
                 f"'{ALLOW_NON_DURABLE.name}=true' to accept losing those messages")
         return TopicSubscription(topic)
-    if not subscription.strip() or any(c.isspace() or c in ",:*>#?/" or ord(c) < 32 for c in subscription):
+    if not subscription or any(c.isspace() or c in ",:*>#?/" or ord(c) < 32 for c in subscription):
         raise SUBSCRIPTION_NAME.error(
             f"'{subscription}' is not a subscription name; allowed: letters, digits, '.', '-', '_' "
             "(no spaces, no ',' ':' '*' '>' '#' '?' '/')")
-    return TopicSubscription(topic, subscription.strip())
+    return TopicSubscription(topic, subscription)
