@@ -435,7 +435,7 @@ def test_poison_messages_are_kept_in_corrupt_never_dropped(
         "--max-messages-per-trigger", "20", "--parse", "json",
         "--schema", "order long, customer string",
     ])
-    options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
+    options = reader_options(args.brokers, args.source, args.max_messages_per_trigger,
                              {**args.reader_options, **broker.login})
     reports: list[BatchReport] = []
     query, sink = start_queue_to_delta(spark, options, args.table, args.checkpoint, args.trigger,

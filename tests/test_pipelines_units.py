@@ -517,3 +517,30 @@ def test_a_commit_lost_to_another_writer_is_told_by_its_delta_condition() -> Non
     assert concurrent_commit_condition(failure("DELTA_METADATA_CHANGED")) == "DELTA_METADATA_CHANGED"
     assert concurrent_commit_condition(failure("DELTA_TABLE_NOT_FOUND")) is None
     assert concurrent_commit_condition(ValueError("DELTA_CONCURRENT_APPEND")) is None
+
+
+def test_a_job_reads_or_writes_a_queue_or_a_topic_and_says_which_flag_is_wrong(tmp_path: Path) -> None:
+    """``--queue`` or ``--topic`` (from a flag or the config file), never both; a reading job
+    reads a topic through ``--subscription``, which a queue refuses; a park queue works beside a
+    topic (the writer gets the park queue, not the topic); publish_table writes to a topic."""
+    from clustermq.jobs import publish_table
+
+    rest = ["--brokers", "h:1", "--table", "t", "--checkpoint", "c"]
+    job = queue_to_delta_job()
+    args = job.parse_args(rest + ["--topic", "prices", "--subscription", "to-delta", "--park-queue", "parked"])
+    assert args.source == {"topic": "prices", "subscriptionName": "to-delta"}
+    assert (args.park.writer_options["queue"], "topic" in args.park.writer_options) == ("parked", False)
+    conf = write(tmp_path / "j.conf", "[queue_to_delta]\ntopic = prices\nsubscription = s\n")
+    assert job.parse_args(rest + ["--config", str(conf)]).source == {"topic": "prices", "subscriptionName": "s"}
+    assert job.parse_args(rest + ["--queue", "q"]).source == {"queue": "q"}
+    for extra, fragment in (
+        ([], "--queue or --topic is required (or 'queue' or 'topic' in the config file)"),
+        (["--queue", "q", "--topic", "t"], "--queue and --topic are both set"),
+        (["--queue", "q", "--subscription", "s"], "--subscription applies to --topic, not to --queue"),
+    ):
+        with pytest.raises(JobConfigError, match=re.escape(fragment)):
+            job.parse_args(rest + extra)
+    publish = ["--brokers", "h:1", "--input", "i", "--body-col", "b"]
+    assert publish_table.parse_args(publish + ["--topic", "prices"]).source == {"topic": "prices"}
+    with pytest.raises(JobConfigError, match="unrecognized arguments: --subscription"):
+        publish_table.parse_args(publish + ["--topic", "prices", "--subscription", "s"])

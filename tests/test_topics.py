@@ -1,17 +1,19 @@
-"""Reading a topic through a durable subscription: every node's messages once, also those
-published while the query was stopped, acknowledged on commit.
+"""Topics: reading through a durable subscription (every node's messages once, also those
+published while the query was stopped, acknowledged on commit), and writing to one.
 
 The traffic comes from the distributions' own JMS producers (``topic://``), one per node; the
 reader's subscription lives where the dialect says (Classic: the first node, which the network
 of brokers forwards every node's messages to; Artemis: every node, the cluster giving each
-message to one of them).
+message to one of them). The writer's own rows show it publishes to the topic in both write
+modes, and that a failed atomic job publishes nothing there.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,23 @@ def wait_acknowledged(query: StreamingQuery, timeout: float = 60.0) -> dict[str,
     return poll(all_acknowledged, timeout, "every delivery acknowledged", 0.5, explain=lambda: str(lag()))
 
 
+@contextmanager
+def subscribed(spark: SparkSession, broker: Any, topic: str, options: dict[str, str],
+               checkpoint: Path) -> Iterator[tuple[StreamingQuery, list[dict[str, Any]], int]]:
+    """A query on the topic's subscription, yielding (the query, its rows, the markers sent)
+    once every node routes the topic to it (a marker from each was read); after the body, it
+    waits until everything read is acknowledged, and it stops the query in any case."""
+    collected: list[dict[str, Any]] = []
+    query = start_query(spark, options, checkpoint, collected)
+    try:
+        wait_started(query)
+        markers = send_markers_until_read(broker, topic, collected)
+        yield query, collected, markers
+        wait_acknowledged(query)
+    finally:
+        query.stop()
+
+
 def test_a_durable_subscription_reads_every_node_once_and_keeps_what_is_published_while_stopped(
     spark: SparkSession, broker: Any, tmp_path: Path
 ) -> None:
@@ -147,16 +166,9 @@ def test_a_durable_subscription_reads_every_node_once_and_keeps_what_is_publishe
     topic = f"topic.{uuid.uuid4().hex[:8]}"  # the local Artemis cluster's topics: topic.# (multicast)
     options = topic_options(broker, topic, subscriptionName="everything")
     checkpoint = tmp_path / "checkpoint"
-    first: list[dict[str, Any]] = []
-    query = start_query(spark, options, checkpoint, first)
-    try:
-        wait_started(query)
-        markers = send_markers_until_read(broker, topic, first)
+    with subscribed(spark, broker, topic, options, checkpoint) as (query, first, markers):
         publish_on_every_node(broker, tmp_path, topic, "live")
         wait_for_count(query, first, 3 * PER_NODE, broker, topic)
-        wait_acknowledged(query)
-    finally:
-        query.stop()
     publish_on_every_node(broker, tmp_path, topic, "stopped")
     depths = connection_depths(ReadOptions.parse(options).connection)
     if broker.flavor == "artemis":  # the subscription's queues on the nodes hold them
@@ -189,3 +201,76 @@ def test_a_durable_subscription_reads_every_node_once_and_keeps_what_is_publishe
     if broker.flavor == "artemis":
         depths = connection_depths(ReadOptions.parse(options).connection)
         assert depths.complete and depths.total == 0, (depths, depths.errors)
+
+
+WRITTEN = 300
+#: rows per group: consecutive rows, so that each group lies within one of the 3 partitions (the
+#: writer keeps a partition's order; tasks publish side by side)
+GROUP_ROWS = 20
+
+
+def written_rows(spark: SparkSession, mode: str, fail_at: int | None = None) -> DataFrame:
+    """WRITTEN rows over 3 partitions, bodies ``<mode>:<i>``, groups ``g<i // GROUP_ROWS>``; with
+    ``fail_at`` the UDF raises on that row (in the last partition, so the first two stage theirs
+    before the job fails)."""
+    from pyspark.sql import functions as F
+
+    @F.udf("string")
+    def body(i: int) -> str:
+        if i == fail_at:
+            raise ValueError("injected failure on one row")
+        return f"{mode}:{i}"
+
+    return spark.range(0, WRITTEN, 1, 3).select(
+        body("id").alias("body"),
+        F.concat(F.lit("g"), F.floor(F.col("id") / GROUP_ROWS).cast("string")).alias("group_id"))
+
+
+def test_the_writer_publishes_to_a_topic_atomically_or_directly_and_a_failed_job_publishes_nothing(
+    spark: SparkSession, broker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the subscription in place (a query read a marker from every node, then stopped), an
+    atomic write (staged, moved over STOMP), a direct write and an atomic write whose last task
+    fails publish to the topic; queue_to_delta, reading the subscription (``--topic``,
+    ``--subscription``) with ``availableNow``, writes exactly the 600 rows of the two good writes
+    to its table, each once. On Artemis the subscription's queues held exactly those 600 before; on
+    Classic (the subscription on one node, every group's messages from one node) each group
+    arrives in the order it was written."""
+    topic = f"topic.{uuid.uuid4().hex[:8]}"
+    options = topic_options(broker, topic, subscriptionName="written")
+    with subscribed(spark, broker, topic, options, tmp_path / "checkpoint"):
+        pass
+    writer = topic_options(broker, topic)
+    written_rows(spark, "atomic").write.format("clustermq").mode("append").options(**writer).save()
+    with pytest.raises(Exception) as err:
+        written_rows(spark, "failed", fail_at=WRITTEN - 20).write.format("clustermq").mode("append") \
+            .options(**writer).save()
+    assert "injected failure on one row" in str(err.value)
+    written_rows(spark, "direct").write.format("clustermq").mode("append") \
+        .options(**writer, writeMode="direct").save()
+    if broker.flavor == "artemis":  # the subscription's queues hold the two good writes
+        depths = connection_depths(ReadOptions.parse(options).connection)
+        assert depths.complete and depths.total == 2 * WRITTEN, (depths, depths.errors)
+    for key, value in (("CLUSTERMQ_USERNAME", "username"), ("CLUSTERMQ_PASSWORD", "password")):
+        monkeypatch.setenv(key, broker.login[value])
+    table = tmp_path / "table"
+    from clustermq.jobs import queue_to_delta as job
+
+    args = job.parse_args([
+        "--brokers", broker.cluster.brokers, "--topic", topic, "--subscription", "written",
+        "--table", str(table), "--checkpoint", str(tmp_path / "job-checkpoint"), "--trigger", "availableNow",
+        "--option", f"availableNowIdleTimeout={IDLE_MS}"])
+    assert job.run(spark, args) == 0
+    second = [r.asDict() for r in spark.read.format("delta").load(str(table)).collect()]
+    bodies = [bytes(r["body"]).decode() for r in second]
+    expected = {f"{mode}:{i}" for mode in ("atomic", "direct") for i in range(WRITTEN)}
+    assert (len(bodies), set(bodies) == expected) == (2 * WRITTEN, True), (
+        f"{len(bodies)} rows, {len(set(bodies))} distinct; missing {sorted(expected - set(bodies))[:10]}; "
+        f"unexpected {sorted(set(bodies) - expected)[:10]}")
+    if broker.flavor == "classic":
+        order: dict[tuple[str, int], list[int]] = {}
+        for r in sorted(second, key=lambda r: r["sequence"]):
+            mode, i = bytes(r["body"]).decode().split(":")
+            order.setdefault((mode, int(i) // GROUP_ROWS), []).append(int(i))
+        out_of_order = {k: v for k, v in order.items() if v != sorted(v)}
+        assert not out_of_order, out_of_order

@@ -192,8 +192,36 @@ def test_a_topic_read_is_durable_unless_asked_and_refuses_what_it_does_not_do() 
 
     with pytest.raises(OptionError, match="option 'topic': a batch read browses a queue's backlog"):
         check_browse_mode(ReadOptions.parse({**topic, "subscriptionName": "s"}))
-    with pytest.raises(OptionError, match="unknown option 'topic' for the clustermq writer"):
-        WriteOptions.parse({"brokers": BROKERS, "topic": "t"})
+    with pytest.raises(OptionError, match="unknown option 'subscriptionName' for the clustermq writer"):
+        WriteOptions.parse({"brokers": BROKERS, "topic": "t", "subscriptionName": "s"})
+
+
+def test_a_topic_write_publishes_to_the_topic_and_stages_without_the_brokers_move() -> None:
+    """The writer takes ``topic`` without a subscription; its SENDs (direct, or the move out of
+    staging) go to the topic's destination with the flavor's routing; an atomic write stages and
+    moves over STOMP, chosen without asking a broker; a ``destination``
+    column, which routes rows to queues, is refused naming the column."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from clustermq.errors import InputError
+    from clustermq.write.layout import input_layout
+    from clustermq.write.modes import Direct, JobStaging, choose_mode
+
+    options = WriteOptions.parse({"brokers": BROKERS, "topic": "prices.eu"})
+    assert (options.connection.queues, options.connection.topic.client_id) == (("prices.eu",), None)
+    assert options.connection.described == "topic 'prices.eu'"
+    assert isinstance(choose_mode(options, unreachable_fails=True), JobStaging)
+    assert isinstance(choose_mode(WriteOptions.parse({"brokers": BROKERS, "topic": "t", "writeMode": "direct"})),
+                      Direct)
+    assert ClassicDialect().target("prices.eu", topic=True) == ("/topic/prices.eu", {})
+    assert ClassicDialect().target("prices.eu", topic=False) == ("/queue/prices.eu", {})
+    assert ArtemisDialect().target("prices.eu", topic=True) == ("prices.eu", {"destination-type": "MULTICAST"})
+    assert ArtemisDialect().target("prices.eu", topic=False) == ("prices.eu", {"destination-type": "ANYCAST"})
+    schema = StructType([StructField("body", StringType()), StructField("destination", StringType())])
+    with pytest.raises(InputError, match="input column 'destination' routes rows to queues, but option 'topic'"):
+        input_layout(schema, options)
+    with pytest.raises(OptionError, match="option 'topic': and 'queue' are both set"):
+        WriteOptions.parse({"brokers": BROKERS, "topic": "t", "queue": "q"})
 
 
 def test_missing_queue() -> None:

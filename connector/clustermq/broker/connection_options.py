@@ -104,5 +104,10 @@ class ConnectionOptions:
         return ",".join(self.queues)
 
     @property
+    def described(self) -> str:
+        """What is read or written, for messages and logs: ``queue 'a,b'`` or ``topic 't'``."""
+        return f"topic '{self.topic.topic}'" if self.topic is not None else f"queue '{self.queue_names}'"
+
+    @property
     def login(self) -> tuple[str | None, str | None]:
         return self.username, self.password.reveal() if self.password else None

@@ -17,7 +17,8 @@ the backlog measured at start and acknowledges each micro-batch only after it is
 the output (``--checkpoint`` required; a crashed export resumes from it). Delta output goes
 through the same de-duplicating sink as ``queue_to_delta`` (each ``message_id`` once); Parquet
 output uses Spark's file sink (a redelivered message can appear twice, flagged
-``redelivered``).
+``redelivered``). ``--topic T --subscription S`` instead of ``--queue`` drains what a topic's
+durable subscription holds (a topic keeps no backlog to browse).
 
 ``--format delta`` (default) needs Delta Lake on the class path; ``--format parquet`` does not.
 
@@ -39,7 +40,7 @@ from typing import Any
 from clustermq.jobs.runner import job_parser, positive_int, run_spark_job, session_for_format
 from clustermq.options import ReadOptions
 from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
-from clustermq.pipelines.job_config import parse_key_values, reader_options
+from clustermq.pipelines.job_config import job_source, parse_key_values, reader_options
 from clustermq.pipelines.streaming import StreamProgress, measure_backlog, run_until_done
 
 NAME = "export_backlog"
@@ -68,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.mode == "drain" and not args.checkpoint:
         p.error("--checkpoint is required with --mode drain (acknowledgement follows its commits)")
     args.reader_options = parse_key_values(args.option, "--option")
+    args.source = job_source(args)
     return args
 
 
@@ -78,7 +80,7 @@ def _say(text: str) -> None:
 def run(spark: Any, args: argparse.Namespace) -> ExportResult:
     """The export itself, on a session (with Delta for ``--format delta``); the tests call
     this in-process."""
-    options = reader_options(args.brokers, args.queue, None, args.reader_options)
+    options = reader_options(args.brokers, args.source, None, args.reader_options)
     backlog, table = measure_backlog(options)
     _say(f"backlog at start:\n{table}")
     if args.mode == "browse":
@@ -127,7 +129,7 @@ def _watch_tasks(spark: Any, nodes: int, stop: threading.Event) -> None:
 
 
 def _drain(spark: Any, args: argparse.Namespace, backlog: int | None) -> int:
-    options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
+    options = reader_options(args.brokers, args.source, args.max_messages_per_trigger,
                              args.reader_options)
     stream = spark.readStream.format("clustermq").options(**options).load()
     sink = None

@@ -1,6 +1,6 @@
-"""Publish a Delta table or a Parquet folder to a cluster queue through the clustermq writer.
+"""Publish a Delta table or a Parquet folder to a queue or a topic through the clustermq writer.
 
-    python -m clustermq.jobs.publish_table --brokers H:P,H:P --queue orders \\
+    python -m clustermq.jobs.publish_table --brokers H:P,H:P (--queue orders | --topic T) \\
         --input /lake/orders [--format delta|parquet] \\
         (--body-col COL | --body-json) [--group-col COL] [--headers-col COL] \\
         [--header NAME=COL ...] [--priority-col COL] [--where SQL] [--option KEY=VALUE ...]
@@ -31,14 +31,14 @@ from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
 from clustermq.jobs.runner import job_parser, run_spark_job, session_for_format
-from clustermq.pipelines.job_config import credentials_from_env, parse_key_values
+from clustermq.pipelines.job_config import credentials_from_env, job_source, parse_key_values, source_label
 
 NAME = "publish_table"
 FORMATS = ("delta", "parquet")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = job_parser(NAME, __doc__)
+    p = job_parser(NAME, __doc__, reading=False)
     p.add_argument("--input", required=True, help="Delta table or Parquet folder")
     p.add_argument("--format", choices=FORMATS, default="delta")
     body = p.add_mutually_exclusive_group(required=True)
@@ -55,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.headers = parse_key_values(args.header, "--header", options=False)
     args.writer_options = parse_key_values(args.option, "--option")
+    args.source = job_source(args)
     return args
 
 
@@ -96,12 +97,12 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         df = df.where(args.where)
     rows = map_columns(df, args)
     count = rows.count()
-    print(f"publishing {count} rows of {args.input} to queue {args.queue}", flush=True)
+    print(f"publishing {count} rows of {args.input} to {source_label(args.source)}", flush=True)
     (rows.write.format("clustermq").mode("append")
-     .option("brokers", args.brokers).option("queue", args.queue)
+     .option("brokers", args.brokers).options(**args.source)
      .options(**args.writer_options).options(**credentials_from_env())
      .save())
-    print(f"published {count} messages to queue {args.queue}", flush=True)
+    print(f"published {count} messages to {source_label(args.source)}", flush=True)
     return count
 
 

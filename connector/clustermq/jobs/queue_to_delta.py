@@ -1,6 +1,6 @@
 """Stream a cluster queue into a Delta table, checkpointed; every message_id lands once.
 
-    python -m clustermq.jobs.queue_to_delta --brokers H:P,H:P --queue orders \\
+    python -m clustermq.jobs.queue_to_delta --brokers H:P,H:P (--queue orders | --topic T --subscription S) \\
         --table /lake/orders --checkpoint /lake/_checkpoints/orders \\
         [--trigger availableNow | --trigger processingTime=5s] [--max-messages-per-trigger N] \\
         [--dedupe redelivered|all] [--id-header NAME] [--parse json --schema DDL] \\
@@ -43,12 +43,14 @@ from clustermq.pipelines.delta_session import delta_session
 from clustermq.pipelines.delta_sink import DEDUPE_SCOPES, BatchReport
 from clustermq.pipelines.delta_stream import start_queue_to_delta
 from clustermq.pipelines.job_config import (
+    job_source,
     load_config,
     merge_settings,
     parse_key_values,
     positive_int_setting,
     reader_options,
     setting_source,
+    source_label,
 )
 from clustermq.pipelines.park import Parking
 from clustermq.pipelines.streaming import LagLines, check_trigger, run_until_done
@@ -63,8 +65,11 @@ DEFAULTS = {
     "parse": None,
     "schema": None,
     "park_queue": None,
+    "queue": None,  # or topic: job_source checks that one is given
+    "topic": None,
+    "subscription": None,
 }
-REQUIRED = ("brokers", "queue", "table", "checkpoint")
+REQUIRED = ("brokers", "table", "checkpoint")
 
 #: Called with each batch's report after the job printed it.
 ReportHook = Callable[[BatchReport], None]
@@ -108,12 +113,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if merged.dedupe not in DEDUPE_SCOPES:
         raise JobConfigError(f"{setting_source('dedupe', args, args.config)}: '{merged.dedupe}' "
                              f"is not one of {', '.join(DEDUPE_SCOPES)}")
+    merged.source = job_source(merged)
     merged.reader_options = {**config_reader, **parse_key_values(args.option, "--option")}
     merged.body_parse = body_parse_from_flags(merged.parse, merged.schema)
     merged.park = None
     if merged.park_queue:  # checked here: a bad queue name fails before Spark starts
         merged.park = Parking.for_job(merged.park_queue, reader_options(
-            merged.brokers, merged.queue, None, merged.reader_options))
+            merged.brokers, merged.source, None, merged.reader_options))
     return merged
 
 
@@ -134,7 +140,7 @@ def run(
     """
     # Built here and not kept on ``args``: they carry the password from the environment, and
     # ``args`` is a plain Namespace whose repr() would show it.
-    options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
+    options = reader_options(args.brokers, args.source, args.max_messages_per_trigger,
                              args.reader_options)
 
     def report(batch: BatchReport) -> None:
@@ -146,7 +152,7 @@ def run(
                                        args.trigger, args.dedupe, on_report=report,
                                        after_commit=after_commit, id_header=args.id_header,
                                        parse=args.body_parse, park=args.park)
-    print(f"query {query.id} started: queue {args.queue} -> {args.table}", flush=True)
+    print(f"query {query.id} started: {source_label(args.source)} -> {args.table}", flush=True)
     try:
         run_until_done(query, on_tick=LagLines(query))
     finally:

@@ -1,6 +1,6 @@
 """Stream a cluster queue into a Parquet folder (Spark's file sink), checkpointed.
 
-    python -m clustermq.jobs.queue_to_parquet --brokers H:P,H:P --queue orders \\
+    python -m clustermq.jobs.queue_to_parquet --brokers H:P,H:P (--queue orders | --topic T --subscription S) \\
         --out /data/orders --checkpoint /data/orders/_checkpoint \\
         [--trigger availableNow | --trigger processingTime=1s] [--max-messages-per-trigger N] \\
         [--option KEY=VALUE ...]
@@ -25,7 +25,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from clustermq.jobs.runner import job_parser, positive_int, run_spark_job
-from clustermq.pipelines.job_config import parse_key_values, reader_options
+from clustermq.pipelines.job_config import job_source, parse_key_values, reader_options
 from clustermq.pipelines.spark_session import job_session
 from clustermq.pipelines.streaming import apply_trigger, check_trigger, run_until_done
 
@@ -45,12 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     check_trigger(args.trigger)
     args.reader_options = parse_key_values(args.option, "--option")
+    args.source = job_source(args)
     return args
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
     """Run the query until it ends (AvailableNow) or is stopped (a signal); return 0."""
-    options = reader_options(args.brokers, args.queue, args.max_messages_per_trigger,
+    options = reader_options(args.brokers, args.source, args.max_messages_per_trigger,
                              args.reader_options)
     writer = (
         spark.readStream.format("clustermq").options(**options).load()

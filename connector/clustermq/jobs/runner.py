@@ -66,13 +66,21 @@ class JobArgumentParser(argparse.ArgumentParser):
         raise JobConfigError(message)
 
 
-def job_parser(name: str, doc: str | None, *, cluster_required: bool = True) -> JobArgumentParser:
-    """The parser of job ``name``, its module docstring as the help text, with the two flags
-    every job has: ``--brokers`` and ``--queue`` (optional where a config file may give them)."""
+def job_parser(name: str, doc: str | None, *, cluster_required: bool = True,
+               reading: bool = True) -> JobArgumentParser:
+    """The parser of job ``name``, its module docstring as the help text, with the flags every
+    job has: ``--brokers`` (optional where a config file may give it) and ``--queue`` or
+    ``--topic`` (checked by :func:`~clustermq.pipelines.job_config.job_source`, which also sees
+    the config file), plus ``--subscription`` for a job that reads."""
     parser = JobArgumentParser(prog=name, description=doc,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--brokers", required=cluster_required)
-    parser.add_argument("--queue", required=cluster_required)
+    parser.add_argument("--queue", help="the queue (or --topic)")
+    parser.add_argument("--topic", help="a topic instead of a queue")
+    if reading:
+        parser.add_argument("--subscription", metavar="NAME",
+                            help="with --topic: the durable subscription to read through (the "
+                                 "reader's subscriptionName; one job per subscription)")
     return parser
 
 

@@ -28,8 +28,9 @@ from clustermq.options.table import (
 from clustermq.options.tls_options import parse_tls
 
 
-def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
-    """``raw`` holds lower-cased option names (as Spark passes them)."""
+def parse_connection_options(raw: Mapping[str, str], *, writing: bool = False) -> ConnectionOptions:
+    """``raw`` holds lower-cased option names (as Spark passes them); ``writing``: a writer's,
+    which publishes to a ``topic`` and so needs no subscription."""
     nodes = BROKERS.read(raw)
     tls = parse_tls(raw, nodes)
     if tls is not None:
@@ -48,7 +49,7 @@ def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
     group_id_header = GROUP_ID_HEADER.read(raw)
     connect_timeout_s = CONNECT_TIMEOUT.seconds(raw)
     heartbeat_ms = HEARTBEAT.read(raw)
-    topic = _topic(raw)
+    topic = _topic(raw, writing)
     return ConnectionOptions(
         nodes=nodes,
         queues=(topic.topic,) if topic is not None else QUEUE.read(raw),
@@ -69,10 +70,11 @@ def parse_connection_options(raw: Mapping[str, str]) -> ConnectionOptions:
     )
 
 
-def _topic(raw: Mapping[str, str]) -> TopicSubscription | None:
-    """A reader's ``topic`` and its subscription; ``None`` for a queue. A topic read without a
-    durable subscription loses what is published while it is not running, so it must be asked
-    for by name (``allowNonDurable``)."""
+def _topic(raw: Mapping[str, str], writing: bool) -> TopicSubscription | None:
+    """The ``topic`` and, for a reader, its subscription; ``None`` for a queue. A topic read
+    without a durable subscription loses what is published while it is not running, so it must
+    be asked for by name (``allowNonDurable``); a writer only publishes, to whatever
+    subscriptions the topic has."""
     name, subscription = TOPIC.text(raw), SUBSCRIPTION_NAME.text(raw)
     if name is None:
         if subscription is not None or ALLOW_NON_DURABLE.given(raw):
@@ -80,8 +82,10 @@ def _topic(raw: Mapping[str, str]) -> TopicSubscription | None:
             raise given.error(f"applies to a topic; set '{TOPIC.name}' (or leave it unset to read '{QUEUE.name}')")
         return None
     if QUEUE.given(raw):
-        raise TOPIC.error(f"and '{QUEUE.name}' are both set; allowed: one of them (a source reads queues or a topic)")
+        raise TOPIC.error(f"and '{QUEUE.name}' are both set; allowed: one of them (queues or a topic)")
     topic = queue_name(name, TOPIC.name)
+    if writing:
+        return TopicSubscription(topic)
     if subscription is None:
         if not ALLOW_NON_DURABLE.read(raw):
             raise SUBSCRIPTION_NAME.error(

@@ -140,7 +140,7 @@ class WriteOptions:
         # writeStream passes its checkpointLocation to the sink like any other option.
         given = {k: v for k, v in options.items() if k.lower() != "checkpointlocation"}
         raw = check_known(given, "write")
-        conn = parse_connection_options(raw)
+        conn = parse_connection_options(raw, writing=True)
         patterns = queue_patterns(conn.queues)
         if patterns:
             raise OptionError(

@@ -154,11 +154,37 @@ def positive_int_setting(
     return number
 
 
+def job_source(settings: argparse.Namespace) -> dict[str, str]:
+    """The options naming what a job reads or writes, from its merged settings: ``--queue``, or
+    ``--topic`` (a reading job's with its ``--subscription``; the reader refuses a topic without
+    one unless ``--option allowNonDurable=true``). Exactly one of the two."""
+    queue, topic = settings.queue, settings.topic
+    subscription = getattr(settings, "subscription", None)
+    if queue and topic:
+        raise JobConfigError("--queue and --topic are both set; give one of them")
+    if not queue and not topic:
+        raise JobConfigError("--queue or --topic is required (or 'queue' or 'topic' in the config file)")
+    if queue:
+        if subscription:
+            raise JobConfigError("--subscription applies to --topic, not to --queue")
+        return {"queue": queue}
+    return {"topic": topic, **({"subscriptionName": subscription} if subscription else {})}
+
+
+def source_label(source: Mapping[str, str]) -> str:
+    """``queue orders`` or ``topic prices (subscription to-delta)``, for a job's output lines."""
+    if "queue" in source:
+        return f"queue {source['queue']}"
+    name = source.get("subscriptionName")
+    return f"topic {source['topic']}" + (f" (subscription {name})" if name else "")
+
+
 def reader_options(
-    brokers: str, queue: str, max_messages_per_trigger: int | None, extra: Mapping[str, str]
+    brokers: str, source: Mapping[str, str], max_messages_per_trigger: int | None, extra: Mapping[str, str]
 ) -> dict[str, str]:
-    """The clustermq reader options of a job: its flags, extra options, env credentials."""
-    options = {"brokers": brokers, "queue": queue}
+    """The clustermq reader options of a job: its flags (``source`` from :func:`job_source`),
+    extra options, env credentials."""
+    options = {"brokers": brokers, **source}
     if max_messages_per_trigger:
         options["maxMessagesPerTrigger"] = str(max_messages_per_trigger)
     options.update(extra)

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from clustermq.broker.queue_names import queue_matches
 from clustermq.errors import JobConfigError
 from clustermq.options import WriteOptions
-from clustermq.options.table import QUEUE, check_known, known_options
+from clustermq.options.table import QUEUE, TOPIC, check_known, known_options
 from clustermq.write.headers import CLUSTERMQ_PREFIX
 from clustermq.write.layout import RESERVED_HEADERS
 
@@ -59,9 +59,10 @@ class Parking:
     def for_job(cls, queue: str, reader_options: Mapping[str, str]) -> Parking:
         """The job's reader options narrowed to the writer's, publishing to ``queue``; a queue
         name the writer refuses, or the queue read, is a ``JobConfigError`` naming the flag."""
-        writable = {name.lower() for name in known_options("write")}
+        writable = {name.lower() for name in known_options("write")} - {TOPIC.name.lower()}
         options = {k: v for k, v in reader_options.items() if k.lower() in writable}
-        read = [s for s in QUEUE.read(check_known(reader_options, "read")) if queue_matches(s, queue.strip())]
+        known = check_known(reader_options, "read")
+        read = [] if TOPIC.given(known) else [s for s in QUEUE.read(known) if queue_matches(s, queue.strip())]
         if read:
             raise JobConfigError(f"--park-queue: '{queue}' is read by the job (queue '{read[0]}'); "
                                  "park in a queue the job does not read")

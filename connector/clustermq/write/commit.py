@@ -66,8 +66,8 @@ def commit_staged(options: WriteOptions, what: str, job_id: str,
     notes = [f"{r.node}: {note}" for r in results for note in r.notes]
     notes += [f"{r.node}: {r.dropped} stale staged messages dropped" for r in results if r.dropped]
     unavailable = sorted({f"{name} ({why})" for m in tasks for name, why in m.unavailable.items()})
-    text = (f"{what} committed {total} messages ({rows} rows, {len(tasks)} tasks) to queue "
-            f"'{options.connection.queue}': {counts}; moved from staging in "
+    text = (f"{what} committed {total} messages ({rows} rows, {len(tasks)} tasks) to "
+            f"{options.connection.described}: {counts}; moved from staging in "
             f"{time.monotonic() - started:.1f} s")
     in_broker = sum(r.in_broker for r in results)
     if in_broker:
@@ -100,7 +100,7 @@ def report_direct(options: WriteOptions, what: str, tasks: Sequence[TaskReport],
             per_node[index] = per_node.get(index, 0) + count
     counts = ", ".join(f"{n.name}={per_node.get(i, 0)}" for i, n in enumerate(options.connection.nodes))
     text = (f"{what}: {sum(per_node.values())} messages ({sum(m.rows for m in tasks)} rows, "
-            f"{len(tasks)} tasks) published directly to queue '{options.connection.queue}': {counts}")
+            f"{len(tasks)} tasks) published directly to {options.connection.described}: {counts}")
     if warning:
         text += ("; writeMode=direct keeps them (and whatever tasks still finishing commit); "
                  "a re-run publishes its rows again")
@@ -113,7 +113,7 @@ def abort_staged(options: WriteOptions, what: str, job_id: str | None, purge: Pu
     seconds."""
     queue = options.connection.queue
     if job_id is None:
-        report(f"{what} aborted: nothing was published to '{queue}'; no task reported staged "
+        report(f"{what} aborted: nothing was published to {options.connection.described}; no task reported staged "
                "messages (what a failed task may have staged is dropped by the query's next "
                "committed batch)", warning=True)
         return
@@ -132,7 +132,7 @@ def abort_staged(options: WriteOptions, what: str, job_id: str | None, purge: Pu
             break
         time.sleep(_ABORT_POLL_S)
     dropped, late = sum(rounds), sum(rounds[1:])
-    text = f"{what} aborted: nothing was published to '{queue}'; {dropped} staged messages dropped"
+    text = f"{what} aborted: nothing was published to {options.connection.described}; {dropped} staged messages dropped"
     if late:
         text += (f" ({late} of them staged by tasks still finishing, the last "
                  f"{last_found - started:.1f} s after the abort began)")

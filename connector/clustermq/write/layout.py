@@ -142,6 +142,11 @@ def input_layout(schema: StructType, options: WriteOptions) -> InputLayout:
             f"input column '{body.name}' must be binary or string, not {_type_name(body.dataType)}"
         )
     roles = {role: _role_column(role, by_name[role]) if role in by_name else None for role in ROLE_TYPES}
+    topic = options.connection.topic
+    if topic is not None and roles["destination"] is not None:
+        raise InputError(
+            f"input column '{roles['destination']}' routes rows to queues, but option 'topic' sends "
+            f"every row to topic '{topic.topic}'; drop the column, or write to a queue")
     extra = [f for f in schema.fields if f.name.lower() not in WRITE_COLUMNS]
     group_header = options.connection.group_id_header
     if extra and not options.headers_from_columns:

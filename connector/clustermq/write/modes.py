@@ -55,12 +55,15 @@ class WriteMode(ABC):
 
 @dataclass(frozen=True)
 class TaskRoute:
-    """Where one task attempt's messages go: its write's mode, queue, job and attempt tag."""
+    """Where one task attempt's messages go: its write's mode, queue (or topic), job and
+    attempt tag."""
 
     mode: WriteMode
     queue: str
     job_id: str
     task_tag: str
+    #: ``queue`` names a topic (option ``topic``)
+    topic: bool = False
 
     def frame(self, index: int, dialect: BrokerDialect, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
         return self.mode.frame(self, index, dialect, headers)
@@ -83,7 +86,9 @@ class Direct(WriteMode):
 
     def frame(self, route: TaskRoute, index: int, dialect: BrokerDialect,
               headers: dict[str, str]) -> tuple[str, dict[str, str]]:
-        return dialect.destination(_final(headers, dialect)), headers
+        destination, routing = dialect.target(_final(headers, dialect), route.topic)
+        headers.update(routing)
+        return destination, headers
 
     def commit(self, options: WriteOptions, what: str, job_id: str,
                tasks: Sequence[TaskReport]) -> list[NodeMove]:
@@ -142,8 +147,9 @@ class AttemptStaging(_Staged):
 
 def choose_mode(options: WriteOptions, unreachable_fails: bool = False, expiring: bool = False) -> WriteMode:
     """The mode of a write with ``options``, on the driver: ``writeMode=direct`` is
-    :class:`Direct` (no broker asked); otherwise the first node that answers says whether the
-    login may manage queues (:class:`AttemptStaging`) or not (:class:`JobStaging`).
+    :class:`Direct` (no broker asked); a topic's is :class:`JobStaging`, because the brokers'
+    own move targets queues; otherwise the first node that answers says whether the login may
+    manage queues (:class:`AttemptStaging`) or not (:class:`JobStaging`).
 
     When no node answers: with ``unreachable_fails`` :class:`NoNodeReachable` naming every node
     and why (a batch write fails before any task runs); otherwise :class:`JobStaging` (a
@@ -152,4 +158,6 @@ def choose_mode(options: WriteOptions, unreachable_fails: bool = False, expiring
     """
     if options.direct:
         return Direct()
+    if options.connection.topic is not None:
+        return JobStaging()
     return AttemptStaging() if login_manages_queues(options, unreachable_fails, expiring) else JobStaging()

@@ -45,7 +45,7 @@ class ClusterMQBatchWriter(DataSourceArrowWriter):
         self.mode = choose_mode(options, unreachable_fails=True, expiring=layout.ttl is not None)
 
     def __repr__(self) -> str:
-        return f"ClusterMQBatchWriter(queue={self.options.connection.queue!r}, job={self.job_id})"
+        return f"ClusterMQBatchWriter({self.options.connection.described}, job={self.job_id})"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
         return write_task(self.options, self.layout, task_identity(self.job_id, False), iterator, self.mode)
@@ -75,7 +75,7 @@ class ClusterMQStreamWriter(DataSourceStreamArrowWriter):
         self.mode = choose_mode(self.options, expiring=layout.ttl is not None)
 
     def __repr__(self) -> str:
-        return f"ClusterMQStreamWriter(queue={self.options.connection.queue!r})"
+        return f"ClusterMQStreamWriter({self.options.connection.described})"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ClusterMQCommitMessage:
         return write_task(self.options, self.layout, task_identity(self.fallback_id, True), iterator,

@@ -77,15 +77,19 @@ class ArtemisDialect(BrokerDialect):
     def routing_headers(self) -> dict[str, str]:
         return {"destination-type": "ANYCAST"}
 
+    def topic_destination(self, topic: str) -> tuple[str, dict[str, str]]:
+        return topic, {"destination-type": "MULTICAST"}
+
     def topic_subscription(self, topic: TopicSubscription) -> tuple[str, dict[str, str]]:
         """A multicast subscription on the bare address; durable: a queue named
         ``<client id>.<name>`` that lives on after the consumer, one per node, which the cluster
         treats as one (each message goes to one of them, and redistribution moves a node's
         messages to one whose queue has a consumer)."""
-        headers = {"destination-type": "MULTICAST", "subscription-type": "MULTICAST"}
+        destination, headers = self.topic_destination(topic.topic)
+        headers["subscription-type"] = "MULTICAST"
         if topic.name is not None:
             headers["durable-subscription-name"] = topic.name
-        return topic.topic, headers
+        return destination, headers
 
     def subscription_depth(self, requests: Requester, topic: TopicSubscription) -> int:
         if topic.name is None:

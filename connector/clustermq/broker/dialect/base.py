@@ -52,6 +52,16 @@ class BrokerDialect:
     def destination(self, queue: str) -> str:
         return f"/queue/{queue}"
 
+    def topic_destination(self, topic: str) -> tuple[str, dict[str, str]]:
+        """The destination of ``topic`` and the routing headers a SEND or SUBSCRIBE there needs
+        (in place of :meth:`routing_headers`)."""
+        return f"/topic/{topic}", {}
+
+    def target(self, name: str, topic: bool) -> tuple[str, dict[str, str]]:
+        """Where a SEND to the queue or (``topic``) the topic ``name`` goes, and its routing
+        headers: one place for the writer's direct SENDs and its moves out of staging."""
+        return self.topic_destination(name) if topic else (self.destination(name), self.routing_headers())
+
     def amqp_source(self, queue: str) -> tuple[str, tuple[str, ...]]:
         """The AMQP 1.0 source address of ``queue`` and its capabilities (transport=amqp)."""
         return queue, ("queue",)

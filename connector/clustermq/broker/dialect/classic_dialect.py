@@ -67,8 +67,10 @@ class ClassicDialect(BrokerDialect):
     topic_on_every_node: bool = False
 
     def topic_subscription(self, topic: TopicSubscription) -> tuple[str, dict[str, str]]:
-        headers = {"activemq.subscriptionName": topic.name} if topic.name is not None else {}
-        return f"/topic/{topic.topic}", headers
+        destination, headers = self.topic_destination(topic.topic)
+        if topic.name is not None:
+            headers["activemq.subscriptionName"] = topic.name
+        return destination, headers
 
     def subscribe_headers(
         self, prefetch: int, window_bytes: int | None = None, *, body_bytes: int = 1024, batch_bytes: int = 0
