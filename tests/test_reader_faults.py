@@ -312,9 +312,25 @@ def test_node_killed_and_restarted_mid_stream_loses_nothing(
     # 300-message batch. Classic redelivers with the same message_id; Artemis too, or with a
     # new one after moving it. The restarted broker does not flag them: Classic forgets the
     # flag without persistJMSRedelivered, Artemis did not set it (0 of 100 in four runs).
+    # On Classic a second kind: a message produced to the victim that its bridge forwarded to a
+    # survivor (read there) just before the kill, without the survivor's acknowledgement reaching
+    # the victim's store, is forwarded again after the restart, to the other survivor (measured
+    # once in a clean-clone run: 20 such ids, each produced to the victim, read once from each
+    # survivor with one message_id, neither copy flagged; broker-behaviour.md, "Copies made by a
+    # failed bridge"). They count toward the bound of 2 × 300: 120 duplicated ids in all in that run.
+    def explained(i: int, copies: list[Row]) -> bool:
+        if len(copies) != 2:
+            return False
+        if nodes[victim] in {r.node for r in copies}:  # a planned message, redelivered
+            return True
+        produced_to_victim = i < 3000 and i % len(nodes) == victim  # first produce: id i to node i % 3
+        return broker.flavor == "classic" and produced_to_victim
+
     assert len(duplicated) <= 2 * 300, len(duplicated)
-    assert all(len(c) == 2 and nodes[victim] in {r.node for r in c} for c in duplicated.values()), \
-        [(i, c) for i, c in duplicated.items() if len(c) != 2 or nodes[victim] not in {r.node for r in c}][:5]
+    unexplained = {i: c for i, c in duplicated.items() if not explained(i, c)}
+    assert not unexplained, (
+        f"{len(unexplained)} of {len(duplicated)} duplicated ids are neither read once from the victim "
+        f"({nodes[victim]}) nor, on Classic, produced to it: {sorted(unexplained.items())[:5]}")
     if broker.flavor == "classic":
         assert same_id == len(duplicated), [c for c in duplicated.values() if len({r.message_id for r in c}) > 1][:5]
     else:
