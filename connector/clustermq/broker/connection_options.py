@@ -104,6 +104,12 @@ class ConnectionOptions:
         return ",".join(self.queues)
 
     @property
+    def is_topic(self) -> bool:
+        """Whether rows go to (or come from) a topic: a writer then targets the topic's
+        destination and stages without the brokers' queue-to-queue move."""
+        return self.topic is not None
+
+    @property
     def described(self) -> str:
         """What is read or written, for messages and logs: ``queue 'a,b'`` or ``topic 't'``."""
         return f"topic '{self.topic.topic}'" if self.topic is not None else f"queue '{self.queue_names}'"

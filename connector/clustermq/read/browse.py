@@ -70,7 +70,7 @@ def one_queue(options: ReadOptions, queue: str) -> ReadOptions:
 
 def check_browse_mode(options: ReadOptions) -> None:
     """Refuse what a batch read cannot do, before any task runs."""
-    if options.connection.topic is not None:
+    if options.connection.is_topic:
         raise OptionError(
             "option 'topic': a batch read browses a queue's backlog, and a topic keeps none for it "
             "to browse; read a topic with a streaming query (readStream, Trigger.AvailableNow to "

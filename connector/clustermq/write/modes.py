@@ -158,6 +158,6 @@ def choose_mode(options: WriteOptions, unreachable_fails: bool = False, expiring
     """
     if options.direct:
         return Direct()
-    if options.connection.topic is not None:
+    if options.connection.is_topic:
         return JobStaging()
     return AttemptStaging() if login_manages_queues(options, unreachable_fails, expiring) else JobStaging()

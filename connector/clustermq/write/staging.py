@@ -212,7 +212,7 @@ class StagingMover:
             headers = frame.headers
             if forward and (winners is None or headers.get(TASK_HEADER) in winners):
                 target = headers.get(TARGET_HEADER) or self.default_queue
-                destination, routing = dialect.target(target, self.options.connection.topic is not None)
+                destination, routing = dialect.target(target, self.options.connection.is_topic)
                 final = (destination, frame.body, {**final_headers(headers, dialect, self.options), **routing})
                 if chunk.transactional:
                     conn.send(final[0], final[1], headers=final[2], transaction=chunk.tx)

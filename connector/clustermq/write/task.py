@@ -110,7 +110,7 @@ def write_task(
     )
     publisher = TaskPublisher(
         options,
-        TaskRoute(mode, options.connection.queue, identity.job_id, tag, options.connection.topic is not None),
+        TaskRoute(mode, options.connection.queue, identity.job_id, tag, options.connection.is_topic),
         task_label=(f"clustermq writer task (partition {identity.partition}, "
                     f"attempt {identity.attempt})"),
     )
