@@ -117,8 +117,9 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
         base += ["--dedupe", "all", "--id-header", "loadgen_id"]
 
     # Run 1: killed (whole process group, SIGKILL) right after the Delta commit of its second
-    # batch with rows. Spark plans an empty batch 0 when nothing was dispatched yet at the start
-    # (a Classic queue waits timeBeforeDispatchStarts): the fault counts batches with rows only.
+    # batch with rows. Spark plans an empty batch 0 when nothing was dispatched within the
+    # reader's first wait (docs/design.md, "The batch after an empty buffer"): the fault counts
+    # batches with rows only.
     proc = start_job(killed_after_batch(1),
                      [*base, "--trigger", "processingTime=200 milliseconds",
                       "--max-messages-per-trigger", "400"],
@@ -284,6 +285,32 @@ def test_a_key_with_any_redelivered_copy_in_a_batch_is_checked_against_the_table
         assert (report.rows_in, report.duplicates_in_batch, report.already_in_table,
                 report.written) == (3, 1, 1, 1)
     assert sorted(loadgen_ids(dspark.read.format("delta").load(path))) == list(range(12))
+
+
+def test_later_batches_write_first_deliveries_whole_and_copies_once(
+    dspark: SparkSession, tmp_path: Path
+) -> None:
+    """After a run's first (strict) batch: a batch of first deliveries, each once, is written
+    whole; two unflagged copies of one message in a batch (a Classic bridge's copy,
+    broker-behaviour.md, "Copies made by a failed bridge") are written once, with no table
+    check; two flagged copies of a message already in the table are checked against it and
+    skipped. Each report counts exactly what happened."""
+    from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
+
+    path = str(tmp_path / "table")
+    writer = IdempotentDeltaWriter(path)
+    writer.set_app_id("app-plain")
+    writer(reader_rows(dspark, list(range(5)), False), 0)  # strict: the run's first batch
+    writer(reader_rows(dspark, list(range(5, 15)), False), 1)
+    writer(reader_rows(dspark, [15, 16, 16], False), 2)
+    writer(reader_rows(dspark, [17], False).unionByName(reader_rows(dspark, [3, 3], True)), 3)
+    reports = [(r.rows_in, r.duplicates_in_batch, r.already_in_table, r.written)
+               for r in writer.totals.reports]
+    assert reports == [(5, 0, 0, 5), (10, 0, 0, 10), (3, 1, 0, 2), (3, 1, 1, 1)], reports
+    table = dspark.read.format("delta").load(path)
+    assert sorted(loadgen_ids(table)) == list(range(18))
+    assert {r["batch_id"]: r["count"] for r in table.groupBy("batch_id").count().collect()} == {
+        0: 5, 1: 10, 2: 2, 3: 1}
 
 
 def test_an_append_writes_few_files_whatever_the_shuffle_partitions(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import subprocess
@@ -194,6 +195,30 @@ def test_a_topic_read_is_durable_unless_asked_and_refuses_what_it_does_not_do() 
         check_browse_mode(ReadOptions.parse({**topic, "subscriptionName": "s"}))
     with pytest.raises(OptionError, match="unknown option 'subscriptionName' for the clustermq writer"):
         WriteOptions.parse({"brokers": BROKERS, "topic": "t", "subscriptionName": "s"})
+
+
+def test_the_lag_probe_asks_no_node_for_a_subscription_depth_it_cannot_tell() -> None:
+    """Classic tells no subscription depth over STOMP, so a Classic topic read's lag report
+    asks no node (a login per node every 10 s for nothing); Artemis tells a durable one's and
+    is asked. The nodes listen nowhere: a node asked shows up in the answer with its error."""
+    from types import SimpleNamespace
+
+    from clustermq.devtools.localcluster.ports import free_ports
+    from clustermq.read.stream import ClusterMQStreamReader
+
+    brokers = ",".join(f"127.0.0.1:{port}" for port in free_ports(2))
+    options = ReadOptions.parse({"brokers": brokers, "topic": "prices.eu", "subscriptionName": "s",
+                                 "connectTimeout": "2000"})
+    topic = options.connection.topic
+    assert not ClassicDialect().tells_subscription_depth(topic)
+    assert ArtemisDialect().tells_subscription_depth(topic)
+    assert not ArtemisDialect().tells_subscription_depth(dataclasses.replace(topic, name=None))
+    for dialect, asked in ((ClassicDialect(), 0), (ArtemisDialect(), 2)):
+        reader = ClusterMQStreamReader(options)
+        reader._consumer = SimpleNamespace(  # type: ignore[assignment]
+            subscriptions=[SimpleNamespace(node=n, dialect=dialect) for n in options.connection.nodes])
+        depths = reader._backlog_probe()()
+        assert (len(depths), len(depths.errors)) == (asked, asked), (dialect.name, depths, depths.errors)
 
 
 def test_a_topic_write_publishes_to_the_topic_and_stages_without_the_brokers_move() -> None:

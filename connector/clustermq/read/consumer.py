@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.discovery import with_discovered
 from clustermq.broker.nodes import Node
 from clustermq.broker.pattern_check import check_queue_patterns
@@ -195,6 +196,13 @@ class ClusterConsumer:
     def available_now_pending(self, start: NodeOffsets) -> bool:
         """True while AvailableNow should wait for more of its backlog to arrive."""
         return self._drain is not None and self._drain.pending()
+
+    @property
+    def first_delivery_wait_s(self) -> float:
+        """How long the nodes read may take to start delivering what they hold: the longest of
+        their dialects' (the base dialect's for a node not connected yet)."""
+        return max((s.dialect.first_delivery_wait_s for s in self.subscriptions if s.dialect is not None),
+                   default=BrokerDialect.first_delivery_wait_s)
 
     def arrivals_so_far(self) -> int:
         return self._arrivals.value

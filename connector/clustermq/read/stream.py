@@ -61,6 +61,9 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._backlog: BacklogMonitor | None = None
         #: the next batch with rows is the first of a run or of a burst: let it fill (_fill)
         self._fill_next = True
+        #: no latestOffset answered yet in this run: an empty buffer waits as long as a node
+        #: may take to start delivering (the dialects' ``first_delivery_wait_s``)
+        self._first_call = True
         apply_log_level()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -121,8 +124,9 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         end = consumer.latest(begin, max_messages, max_bytes)
         if end == begin:
             self._fill_next = True
-            consumer.wait_for_arrival(_EMPTY_POLL_S)
+            consumer.wait_for_arrival(consumer.first_delivery_wait_s if self._first_call else _EMPTY_POLL_S)
             end = consumer.latest(begin, max_messages, max_bytes)
+        self._first_call = False
         while end == begin and consumer.available_now_pending(begin):
             consumer.check_reachable()
             consumer.wait_for_arrival(0.5)
@@ -153,7 +157,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._consumer is None:
             return None
         if self._backlog is None:
-            self._backlog = BacklogMonitor(self._depth_probe())
+            self._backlog = BacklogMonitor(self._backlog_probe())
             self._backlog.start()
         return lag_report(self._consumer.status(), self._backlog.depths())
 
@@ -163,6 +167,23 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if self._consumer is not None:  # the nodes read from, discovered ones included
                 conn = dataclasses.replace(conn, nodes=tuple(s.node for s in self._consumer.subscriptions))
             return connection_depths(conn)
+
+        return probe
+
+    def _backlog_probe(self) -> Callable[[], QueueDepths]:
+        """The depth probe of the lag report, which asks only nodes that can tell: a topic's
+        subscription depth is unknown to Classic over STOMP (``tells_subscription_depth``).
+        AvailableNow's probe still asks them all, since an unknown depth must keep it reading."""
+        depths = self._depth_probe()
+
+        def probe() -> QueueDepths:
+            topic = self.options.connection.topic
+            subscriptions = self._consumer.subscriptions if self._consumer is not None else ()
+            if topic is not None and subscriptions and all(
+                    s.dialect is not None and not s.dialect.tells_subscription_depth(topic)
+                    for s in subscriptions):
+                return QueueDepths(self.options.connection.queue)
+            return depths()
 
         return probe
 

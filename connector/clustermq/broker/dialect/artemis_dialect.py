@@ -91,8 +91,12 @@ class ArtemisDialect(BrokerDialect):
             headers["durable-subscription-name"] = topic.name
         return destination, headers
 
+    def tells_subscription_depth(self, topic: TopicSubscription) -> bool:
+        """A durable subscription is a named queue; a non-durable one has a generated name."""
+        return topic.name is not None
+
     def subscription_depth(self, requests: Requester, topic: TopicSubscription) -> int:
-        if topic.name is None:
+        if not self.tells_subscription_depth(topic):
             return super().subscription_depth(requests, topic)
         return self.queue_depth(requests, f"{topic.client_id}.{topic.name}")
 

@@ -48,6 +48,9 @@ class BrokerDialect:
     #: each message to one of them; else on the first node of ``brokers`` only, because every
     #: node's subscription would get its own copy of each message (docs/design.md, Topics)
     topic_on_every_node: bool = True
+    #: how long a fresh subscription may take to deliver a first message the node holds: a
+    #: query's first ``latestOffset`` waits that long for one before it answers "nothing yet"
+    first_delivery_wait_s: float = 0.2
 
     def destination(self, queue: str) -> str:
         return f"/queue/{queue}"
@@ -70,6 +73,11 @@ class BrokerDialect:
         """The SUBSCRIBE destination of ``topic`` and the headers that make the subscription
         durable under its name (the CONNECT carries ``topic.client_id``)."""
         raise NotImplementedError(f"{self.product}: no topic subscription over STOMP")
+
+    def tells_subscription_depth(self, topic: TopicSubscription) -> bool:
+        """Whether :meth:`subscription_depth` can answer for ``topic``: where it cannot, asking
+        costs a login per node for nothing, so the lag probe does not ask."""
+        return False
 
     def subscription_depth(self, requests: Requester, topic: TopicSubscription) -> int:
         """Messages ``topic``'s durable subscription holds on the node ``requests`` is connected

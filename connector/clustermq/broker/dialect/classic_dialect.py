@@ -65,6 +65,11 @@ class ClassicDialect(BrokerDialect):
     #: times; one on the first node got each once, those published while it was away included
     #: (docs/broker-behaviour.md, "Topics in a network of brokers")
     topic_on_every_node: bool = False
+    #: a node holds dispatch back for ``timeBeforeDispatchStarts`` (1 s as recommended,
+    #: docs/broker-behaviour.md) after a queue gets its first consumer; answered after 0.2 s, a
+    #: fresh ``processingTime`` query's batch 0 came out empty, in queue_to_delta a whole cold
+    #: sink run (16 s) before the first row
+    first_delivery_wait_s: float = 2.0
 
     def topic_subscription(self, topic: TopicSubscription) -> tuple[str, dict[str, str]]:
         destination, headers = self.topic_destination(topic.topic)
