@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from waits import artemis_queue_state, dead_letters, wait_for
+from waits import artemis_queue_state, bridge_failures, dead_letters, log_marks, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -130,6 +130,7 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
     """
     queue = f"test.kill.{uuid.uuid4().hex[:8]}"
     total = 6000
+    marks = log_marks(broker)
     broker.produce(queue, total)
     out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
 
@@ -216,9 +217,31 @@ def test_killed_driver_loses_nothing_and_acks_only_committed(
           f"({sum(any(f for f, _, _ in c) for c in duplicated.values())} with a copy flagged "
           f"redelivered, {sum(len({m for _, _, m in c}) == 1 for c in duplicated.values())} "
           "with one message_id)")
+    bridged = {i: c for i, c in duplicated.items() if i not in unacknowledged}
+    if bridged and broker.flavor == "classic":
+        # A Classic bridge that failed while it forwarded sends again what it had not seen
+        # acknowledged, and the copy keeps the message_id (docs/broker-behaviour.md, "Copies made
+        # by a failed bridge"; a clean-clone run read one such id in two batches of the drain,
+        # each copy flagged, after node0's bridge to node2 was "Disposed due to prior
+        # exception"). Allowed only with a failed bridge in the brokers' logs, one message_id
+        # per id, two copies, and at most a bridge's prefetch (BRIDGE_COPIES).
+        from test_reader import BRIDGE_COPIES
+
+        failed = bridge_failures(broker, marks)
+        assert failed, (f"{len(bridged)} ids written twice that the first run acknowledged or never "
+                        f"wrote, and no bridge failed: {list(bridged.items())[:5]}")
+        assert all(len(c) == 2 and len({m for _, _, m in c}) == 1 for c in bridged.values()), \
+            list(bridged.items())[:5]
+        assert len(bridged) <= BRIDGE_COPIES["classic"], (len(bridged), failed[:3])
+        print(f"[{broker.flavor}] {len(bridged)} ids copied by a failed bridge ({failed[0][:160]}): "
+              f"{list(bridged.items())[:3]}")
+        duplicated = {i: c for i, c in duplicated.items() if i in unacknowledged}
     # Exactly the rows written and not acknowledged reach the sink twice, each once more; a
     # row emitted twice by one run, or an acknowledged one redelivered, would show here.
-    assert set(duplicated) == unacknowledged, (sorted(set(duplicated) ^ unacknowledged)[:20])
+    assert set(duplicated) == unacknowledged, (
+        f"ids written twice and not, against those written and not acknowledged "
+        f"(symmetric difference): {sorted(set(duplicated) ^ unacknowledged)[:20]}; copies: "
+        f"{[(i, copies[i]) for i in sorted(set(duplicated) - unacknowledged)[:5]]}")
     assert all(len(c) == 2 for c in duplicated.values()), {i: c for i, c in duplicated.items() if len(c) > 2}
 
     def explained(c: list[tuple[bool, str, str]]) -> bool:

@@ -113,6 +113,21 @@ def cluster_state(broker: Any, queue: str, wanted: Iterable[int] = (), seen: Ite
     return "\n".join(parts)
 
 
+def log_marks(broker: Any) -> dict[int, int]:
+    """Where every member's broker log ends now, to read what it writes from here on."""
+    return {m.index: len(broker.cluster.log_since(m.index, 0).encode())
+            for m in broker.cluster.state().nodes}
+
+
+def bridge_failures(broker: Any, marks: dict[int, int]) -> list[str]:
+    """The lines in which a Classic node's network bridge failed since ``marks``
+    (:func:`log_marks`): such a bridge sends again what it had not seen acknowledged
+    (docs/broker-behaviour.md, "Copies made by a failed bridge")."""
+    return [line for index, offset in marks.items()
+            for line in broker.cluster.log_since(index, offset).splitlines()
+            if "Network connection between" in line and "shutdown due to" in line]
+
+
 def _duplicates_rejected(log: str) -> str:
     """Classic's store refuses a second copy of a message it holds; a copy that crossed back and
     forth between two nodes can cost both copies, so the count and the first one are shown."""
