@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pickle
 import subprocess
@@ -204,6 +205,7 @@ def test_the_lag_probe_asks_no_node_for_a_subscription_depth_it_cannot_tell() ->
     from types import SimpleNamespace
 
     from clustermq.devtools.localcluster.ports import free_ports
+    from clustermq.read.consumer import ClusterConsumer
     from clustermq.read.stream import ClusterMQStreamReader
 
     brokers = ",".join(f"127.0.0.1:{port}" for port in free_ports(2))
@@ -215,8 +217,10 @@ def test_the_lag_probe_asks_no_node_for_a_subscription_depth_it_cannot_tell() ->
     assert not ArtemisDialect().tells_subscription_depth(dataclasses.replace(topic, name=None))
     for dialect, asked in ((ClassicDialect(), 0), (ArtemisDialect(), 2)):
         reader = ClusterMQStreamReader(options)
-        reader._consumer = SimpleNamespace(  # type: ignore[assignment]
-            subscriptions=[SimpleNamespace(node=n, dialect=dialect) for n in options.connection.nodes])
+        consumer = SimpleNamespace(
+            options=options, subscriptions=[SimpleNamespace(node=n, dialect=dialect) for n in options.connection.nodes])
+        consumer.depth_untold = functools.partial(ClusterConsumer.depth_untold, consumer)
+        reader._consumer = consumer  # type: ignore[assignment]
         depths = reader._backlog_probe()()
         assert (len(depths), len(depths.errors)) == (asked, asked), (dialect.name, depths, depths.errors)
 

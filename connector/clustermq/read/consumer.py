@@ -204,6 +204,15 @@ class ClusterConsumer:
         return max((s.dialect.first_delivery_wait_s for s in self.subscriptions if s.dialect is not None),
                    default=BrokerDialect.first_delivery_wait_s)
 
+    def depth_untold(self) -> bool:
+        """Whether no node read can tell the depth of what is left to read (a topic subscription
+        on Classic over STOMP): the lag report then asks none of them, instead of logging in on
+        every node each round for an answer that is always unknown."""
+        topic = self.options.connection.topic
+        return topic is not None and bool(self.subscriptions) and all(
+            s.dialect is not None and not s.dialect.tells_subscription_depth(topic)
+            for s in self.subscriptions)
+
     def arrivals_so_far(self) -> int:
         return self._arrivals.value
 

@@ -171,17 +171,13 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return probe
 
     def _backlog_probe(self) -> Callable[[], QueueDepths]:
-        """The depth probe of the lag report, which asks only nodes that can tell: a topic's
-        subscription depth is unknown to Classic over STOMP (``tells_subscription_depth``).
-        AvailableNow's probe still asks them all, since an unknown depth must keep it reading."""
+        """The depth probe of the lag report, which asks no node when none can tell
+        (``ClusterConsumer.depth_untold``). AvailableNow's probe still asks them all, since an
+        unknown depth must keep it reading."""
         depths = self._depth_probe()
 
         def probe() -> QueueDepths:
-            topic = self.options.connection.topic
-            subscriptions = self._consumer.subscriptions if self._consumer is not None else ()
-            if topic is not None and subscriptions and all(
-                    s.dialect is not None and not s.dialect.tells_subscription_depth(topic)
-                    for s in subscriptions):
+            if self._consumer is not None and self._consumer.depth_untold():
                 return QueueDepths(self.options.connection.queue)
             return depths()
 
