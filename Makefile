@@ -35,10 +35,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check connector tests spark_jobs
 	$(BIN)/mypy
 
-# One process by default. TEST_WORKERS=2 runs two pytest-xdist workers, one per broker flavor,
-# each with its own clusters and Spark session, a test of no flavor with the rest of its module
-# (tests/conftest.py, worker_group): not yet the default, see CONTRIBUTING.md, "The tests".
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers, one per broker flavor, each with its own clusters and Spark session;
+# a test of no flavor, or of a module with clusters of its own, goes with the rest of its module
+# to whichever worker is free (tests/conftest.py, worker_group). TEST_WORKERS=0 runs one process.
+TEST_WORKERS ?= 2
 test: setup lint
 	$(BIN)/python -m pytest -q --tb=short --durations=30 --basetemp=.cache/pytest \
 		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))

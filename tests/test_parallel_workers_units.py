@@ -1,5 +1,5 @@
 """What lets ``make test`` run on parallel workers: which tests share a worker
-(``conftest.worker_group``), and the local cluster's port choice within ``CLUSTERMQ_PORT_RANGE``,
+(``conftest.worker_group``; a module with clusters of its own may not use the session cluster), and the local cluster's port choice within ``CLUSTERMQ_PORT_RANGE``,
 which keeps two workers (each given its own range by tests/conftest.py) from being handed one
 port.
 
@@ -13,19 +13,33 @@ import socket
 import pytest
 
 from clustermq.devtools.localcluster.ports import PORT_RANGE_ENV, free_port_pairs, free_ports, port_range
-from conftest import worker_group
+from conftest import _check_own_cluster, worker_group
 
 
 @pytest.mark.parametrize("nodeid,group", [
     ("tests/test_reader.py::test_x[classic]", "classic"),
     ("tests/test_bad_input.py::test_x[artemis-masterslave:({nope})]", "artemis"),
-    ("tests/test_membership.py::test_x[1000-classic]", "classic"),
+    ("tests/test_reader.py::test_x[1000-classic]", "classic"),
     ("tests/test_units.py::test_x", "tests/test_units.py"),
     ("tests/test_units.py::test_x[classical-1]", "tests/test_units.py"),
     ("tests/test_units.py::TestA::test_x[a]", "tests/test_units.py"),
+    ("tests/test_membership.py::test_x[classic]", "tests/test_membership.py"),
+    ("tests/test_pairs.py::test_x[artemis]", "tests/test_pairs.py"),
 ])
 def test_a_flavor_s_tests_share_a_worker_and_the_rest_go_by_module(nodeid: str, group: str) -> None:
+    """A module with clusters of its own goes by module, whatever its tests' flavor."""
     assert worker_group(nodeid) == group
+
+
+def test_a_module_with_its_own_clusters_may_not_use_the_session_cluster() -> None:
+    from types import SimpleNamespace
+
+    ok = SimpleNamespace(nodeid="tests/test_pairs.py::test_x[classic]", fixturenames=["spark", "pairs"])
+    _check_own_cluster(ok)  # type: ignore[arg-type]
+    bad = SimpleNamespace(nodeid="tests/test_pairs.py::test_x[classic]", fixturenames=["pairs", "broker", "cluster"])
+    with pytest.raises(pytest.UsageError, match=r"test_pairs.py::test_x\[classic\] uses the session cluster "
+                                                r"\(broker, cluster\)"):
+        _check_own_cluster(bad)  # type: ignore[arg-type]
 
 
 def test_ports_come_from_the_range_and_are_not_handed_out_twice(monkeypatch: pytest.MonkeyPatch) -> None:

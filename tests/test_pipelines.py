@@ -294,7 +294,8 @@ def test_later_batches_write_first_deliveries_whole_and_copies_once(
     whole; two unflagged copies of one message in a batch (a Classic bridge's copy,
     broker-behaviour.md, "Copies made by a failed bridge") are written once, with no table
     check; two flagged copies of a message already in the table are checked against it and
-    skipped. Each report counts exactly what happened."""
+    skipped; an empty batch writes nothing. Each report counts exactly what happened, and each
+    batch is one table version."""
     from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
     path = str(tmp_path / "table")
@@ -304,13 +305,16 @@ def test_later_batches_write_first_deliveries_whole_and_copies_once(
     writer(reader_rows(dspark, list(range(5, 15)), False), 1)
     writer(reader_rows(dspark, [15, 16, 16], False), 2)
     writer(reader_rows(dspark, [17], False).unionByName(reader_rows(dspark, [3, 3], True)), 3)
+    writer(reader_rows(dspark, [], False), 4)
     reports = [(r.rows_in, r.duplicates_in_batch, r.already_in_table, r.written)
                for r in writer.totals.reports]
-    assert reports == [(5, 0, 0, 5), (10, 0, 0, 10), (3, 1, 0, 2), (3, 1, 1, 1)], reports
+    assert reports == [(5, 0, 0, 5), (10, 0, 0, 10), (3, 1, 0, 2), (3, 1, 1, 1), (0, 0, 0, 0)], reports
     table = dspark.read.format("delta").load(path)
     assert sorted(loadgen_ids(table)) == list(range(18))
     assert {r["batch_id"]: r["count"] for r in table.groupBy("batch_id").count().collect()} == {
         0: 5, 1: 10, 2: 2, 3: 1}
+    versions = dspark.sql(f"DESCRIBE HISTORY delta.`{path}`").count()
+    assert versions == 5, f"{versions} table versions for 5 batches"
 
 
 def test_an_append_writes_few_files_whatever_the_shuffle_partitions(
