@@ -3,9 +3,9 @@
     .venv/bin/python scripts/flake.py --runs 20 --load tests/test_pairs.py -k killed
     make flake TESTS="tests/test_pairs.py" RUNS=20 LOAD=1
 
-A flaky test is a bug: this measures how often each test passes, as CI runs it (one pytest
-process per run, the suite's own fixtures), optionally with a process that keeps one core busy,
-the way a shared CI machine is loaded. Nothing is rerun to make it pass: every run counts.
+A flaky test is a bug: this measures how often each test passes with the suite's own fixtures
+(one pytest process per run), optionally with a process that keeps one core busy, the way
+``make test``'s second worker or a shared CI machine loads it. Nothing is rerun to make it pass: every run counts.
 Each run's JUnit XML and output stay in ``--out`` for the failures' post-mortem; the summary is
 printed and written there as ``flake.md`` (the format of docs/reliability.md's pass-rate table).
 """

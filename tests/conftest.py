@@ -82,7 +82,7 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-#: Ports of the suite's parallel workers (``make test TEST_WORKERS=2``): worker *i* chooses
+#: Ports of the suite's parallel workers (``make test``, two by default): worker *i* chooses
 #: every port it needs (its clusters, proxies, Spark servers) from its own block, below the
 #: kernel's ephemeral range (32768-60999 on Linux), so two workers starting clusters at the same
 #: moment are never handed the same free port (clustermq.devtools.localcluster.ports).
