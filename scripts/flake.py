@@ -5,7 +5,8 @@
 
 A flaky test is a bug: this measures how often each test passes with the suite's own fixtures
 (one pytest process per run), optionally with a process that keeps one core busy, the way
-``make test``'s second worker or a shared CI machine loads it. Nothing is rerun to make it pass: every run counts.
+``make test``'s second worker or a shared CI machine loads it. Nothing is rerun to make it
+pass: every run counts.
 Each run's JUnit XML and output stay in ``--out`` for the failures' post-mortem; the summary is
 printed and written there as ``flake.md`` (the format of docs/reliability.md's pass-rate table).
 """

@@ -292,11 +292,10 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
                     + connector_lines(log.text(), 40)) from None
             assert proc.poll() is None, f"the query failed:\n{log.text()[-3000:]}"
             depths = broker.wait_depth_zero(queue, timeout=60)
+            returned: Counter[int] = Counter()
             if depths != {n.name: 0 for n in nodes}:
-                later = broker.wait_depth_zero(queue, timeout=90)
-                raise AssertionError(f"depths {depths} 60 s after every row was committed, "
-                                     f"{later} 90 s later; driver log:\n"
-                                     + connector_lines(log.text(), 30))
+                returned = return_stranded(broker, queue, nodes[VICTIM].name, depths, log, lost,
+                                           back, proc, out)
             assert proc.poll() is None and "StreamingQueryException" not in log.text()
         finally:
             kill_group(proc)
@@ -317,9 +316,11 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
           "message_id)")
     # Duplicates come only from batches planned on a connection to the cut node that broke
     # before their ACK: at most the batch whose ACK was due and the planned one (2 x 500) per
-    # cut, each message once more per cut, and one copy read on the cut connection.
-    assert len(duplicated) <= 2 * (2 * 500), len(duplicated)
-    odd = {i: c for i, c in duplicated.items() if len(c) > 3 or victim not in {r.node for r in c}}
+    # cut, each message once more per cut, and one copy read on the cut connection; a copy an
+    # Artemis node stranded (return_stranded) is one more of an id it returned.
+    assert len(duplicated) <= 2 * (2 * 500) + returned.total(), (len(duplicated), dict(returned))
+    odd = {i: c for i, c in duplicated.items()
+           if len(c) > 3 + returned[i] or victim not in {r.node for r in c}}
     assert not odd, list(odd.items())[:5]
     if broker.flavor == "classic":
         # the cut node redelivers with the message_id, flagged (which copy comes first in file
@@ -333,6 +334,40 @@ def test_network_cut_with_open_sockets_is_detected_and_loses_nothing(broker, tmp
         unexplained = [c for c in duplicated.values() if not any(r.redelivered for r in c)
                        and len({r.message_id for r in c}) > 1 and len({r.node for r in c}) == 1]
         assert not unexplained, unexplained[:5]
+
+
+def return_stranded(broker, queue: str, victim: str, depths: dict[str, int | None],
+                    log: DriverLog, lost: str, back: str, proc: subprocess.Popen, out: Path) -> Counter[int]:
+    """Every id is committed and a node still counts messages: only the documented Artemis
+    defect may explain it, and exactly so (docs/broker-behaviour.md, "A message stranded after
+    a killed driver"): on the cut node only, at most one per connection the reader lost to it,
+    counted while no consumer has it in delivery; a restart of the node returns it to the
+    running reader, which commits it as one more copy. Anything else fails with what each node
+    holds. Returns the ids the restart returned."""
+    held = {name: d for name, d in depths.items() if d}
+    lost_connections = log.count(lost)
+    state = artemis_queue_state(broker, queue) if broker.flavor == "artemis" else {}
+    counters = state.get(victim, {})
+    count = held.get(victim) or 0
+    if not (broker.flavor == "artemis" and set(held) == {victim} and count <= lost_connections
+            and counters.get("messageCount") == count and counters.get("deliveringCount") == 0
+            and counters.get("scheduledCount") == 0):
+        later = broker.wait_depth_zero(queue, timeout=90)
+        raise AssertionError(f"depths {depths} 60 s after every row was committed, {later} 90 s "
+                             f"later ({lost_connections} connections to the cut node {victim} lost; "
+                             f"Artemis counters {state}); driver log:\n" + connector_lines(log.text(), 30))
+    rows, reconnects = Counter(r.i for r in committed_rows(out)), log.count(back)
+    restarted = broker.restart_nodes_holding(queue)
+    print(f"[{broker.flavor}] {count} stranded on the cut node {victim} after {lost_connections} "
+          f"lost connections ({counters}): restarted {restarted}")
+    log.wait_count(back, reconnects + 1, 60, proc, "the reader to reconnect to the restarted node")
+    after = broker.wait_depth_zero(queue, timeout=60)
+    assert after == {name: 0 for name in depths}, f"depths {after} after the restart of {victim}"
+    # acknowledged after its batch committed: the depth is 0, so the copy is in the sink
+    returned = Counter(r.i for r in committed_rows(out)) - rows
+    assert returned.total() == count, (f"{count} stranded, {returned.total()} more rows committed "
+                                       f"after the restart: {dict(returned)}")
+    return returned
 
 
 def test_broker_redelivers_what_a_stalled_consumer_held(broker) -> None:

@@ -1,6 +1,7 @@
 """What lets ``make test`` run on parallel workers: which tests share a worker
-(``conftest.worker_group``; a module with clusters of its own may not use the session cluster), and the local cluster's port choice within ``CLUSTERMQ_PORT_RANGE``,
-which keeps two workers (each given its own range by tests/conftest.py) from being handed one
+(``conftest.worker_group``; a module with clusters of its own may not use the session
+cluster), and the local cluster's port choice within ``CLUSTERMQ_PORT_RANGE``, which keeps two
+workers (each given its own range by tests/conftest.py) from being handed one
 port.
 
 The ranges here lie above every worker's block (conftest.WORKER_PORTS_FROM on) and below the

@@ -584,3 +584,16 @@ def test_a_local_clusters_password_is_one_the_brokers_jms_clients_can_pass() -> 
     assert len(passwords) == 2000
     odd = sorted(p for p in passwords if not (p.isascii() and p.isalnum() and len(p) == PASSWORD_LENGTH))
     assert not odd, odd[:5]
+
+
+def test_a_log_offset_taken_before_a_start_reads_only_what_the_node_writes_after_it(tmp_path) -> None:
+    from clustermq.devtools.localcluster.clusterdir import ClusterDir
+
+    directory = ClusterDir(tmp_path)
+    assert directory.log_size(0) == 0  # never started: no log yet
+    directory.node_dir(0).mkdir()
+    directory.log_path(0).write_text("first run\n")
+    mark = directory.log_size(0)
+    with open(directory.log_path(0), "a") as log:
+        log.write("second run\n")
+    assert directory.log_since(0, mark) == "second run\n"

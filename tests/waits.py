@@ -115,8 +115,7 @@ def cluster_state(broker: Any, queue: str, wanted: Iterable[int] = (), seen: Ite
 
 def log_marks(broker: Any) -> dict[int, int]:
     """Where every member's broker log ends now, to read what it writes from here on."""
-    paths = {m.index: broker.cluster.log_path(m.index) for m in broker.cluster.state().nodes}
-    return {index: path.stat().st_size if path.exists() else 0 for index, path in paths.items()}
+    return {m.index: broker.cluster.log_size(m.index) for m in broker.cluster.state().nodes}
 
 
 def bridge_failures(broker: Any, marks: dict[int, int]) -> list[str]:

@@ -68,6 +68,10 @@ class LocalCluster:
     def log_path(self, index: int) -> Path:
         return self._dir.log_path(index)
 
+    def log_size(self, index: int) -> int:
+        """Where the node's log ends now: an offset for :meth:`log_since`."""
+        return self._dir.log_size(index)
+
     def log_tail(self, index: int, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines the node's current process wrote to its log."""
         return self._dir.log_tail(index, lines)

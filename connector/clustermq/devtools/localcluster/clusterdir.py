@@ -58,6 +58,12 @@ class ClusterDir:
     def log_path(self, index: int) -> Path:
         return self.node_dir(index) / "broker.log"
 
+    def log_size(self, index: int) -> int:
+        """Where the node's log ends now (0 before its first start): the offset from which
+        :meth:`log_since` reads what the node writes next."""
+        path = self.log_path(index)
+        return path.stat().st_size if path.exists() else 0
+
     def log_tail(self, index: int, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines the node's current process wrote to its log."""
         node = node_at(self.state(), index)

@@ -22,7 +22,7 @@ def launch_node(directory: ClusterDir, impl: BrokerFlavor, state: ClusterState, 
     """Start ``node``'s broker and record its pid; the caller saves ``state``."""
     node_dir = directory.node_dir(node.index)
     log_path = directory.log_path(node.index)
-    node.log_offset = log_path.stat().st_size if log_path.exists() else 0
+    node.log_offset = directory.log_size(node.index)
     node.started_at = time.time()
     node.pid = process.launch(impl.command(state, node, node_dir), cwd=node_dir, log_path=log_path)
 
