@@ -25,6 +25,7 @@ from test_reader_faults import (
     connector_lines,
     kill_group,
 )
+from waits import bridge_failures, log_marks, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -91,6 +92,19 @@ def loadgen_ids(df) -> list[int]:  # type: ignore[no-untyped-def]
     return [r[0] for r in df.select(F.col("headers")["loadgen_id"].cast("int")).collect()]
 
 
+def rows_written_twice(rows, broker, marks: dict[int, int]) -> str:  # type: ignore[no-untyped-def]
+    """What a duplicate in the table looked like: each copy's batch, node, offset, message_id and
+    flag, and the Classic bridges that failed meanwhile (docs/broker-behaviour.md, "Copies made
+    by a failed bridge"), so a failure tells which delivery the sink let through."""
+    twice = (rows.groupBy(F.col("headers")["loadgen_id"].alias("i")).count()
+             .where("count > 1").select("i"))
+    copies = (rows.join(twice, F.col("headers")["loadgen_id"] == F.col("i"))
+              .select("i", "batch_id", "node", "sequence", "message_id", "redelivered")
+              .orderBy("i", "batch_id").collect())
+    return (f"rows written twice: {[tuple(r) for r in copies[:20]]}; "
+            f"bridge failures: {bridge_failures(broker, marks)[:3]}")
+
+
 # ----------------------------------------------------------------------------- queue -> Delta
 def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_message(
     dspark: SparkSession, broker, tmp_path: Path
@@ -103,6 +117,7 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
     """
     queue = f"test.delta.kill.{uuid.uuid4().hex[:8]}"
     total = 6000
+    marks = log_marks(broker)
     # No message groups here: with groups, a Classic network of brokers sometimes stops
     # dispatching to a consumer (docs/broker-behaviour.md, "Dispatch stalls with many groups"), and AvailableNow then ends
     # with messages left; this test is about the sink, not about grouping.
@@ -174,7 +189,7 @@ def test_queue_to_delta_survives_a_killed_driver_with_exactly_one_row_per_messag
             assert finish(proc, 240, log) == 0, tail(log)
     rows = dspark.read.format("delta").load(str(table))
     ids = loadgen_ids(rows)
-    assert len(ids) == total, f"{len(ids)} rows"
+    assert len(ids) == total, f"{len(ids)} rows; {rows_written_twice(rows, broker, marks)}"
     assert rows.select("message_id").distinct().count() == total
     assert sorted(ids) == list(range(total))
 
@@ -198,6 +213,52 @@ def reader_rows(spark: SparkSession, ids: list[int], redelivered: bool):  # type
     data = [("127.0.0.1:1", "/queue/q", f"ID:m-{i}", f"g{i % 3}", i, redelivered, 4, now,
              {"loadgen_id": str(i)}, b"x") for i in ids]
     return spark.createDataFrame(data, READ_SCHEMA_DDL)
+
+
+@pytest.mark.flavors("classic")
+def test_a_bridge_copy_with_the_original_message_id_and_no_flag_is_written_once(
+    dspark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """A failed Classic bridge sends again what it had not seen acknowledged: the copy reaches
+    another node with the original's ``message_id`` and no ``redelivered`` flag, and is delivered
+    there as a new message, a batch after the original was written (docs/broker-behaviour.md,
+    "Copies made by a failed bridge"). The copy is sent here the way a bridge sends it, by a JMS
+    client of the Classic distribution (tests/drivers/BridgeCopySend.java). The reader flags a
+    message it already received, so the sink checks the copy against the table and writes the
+    message once; unflagged, a later batch's row is appended unchecked and the table holds two.
+    """
+    from clustermq.pipelines.delta_stream import start_queue_to_delta
+    from test_localcluster import run_java_probe
+
+    queue = f"test.delta.bridgecopy.{uuid.uuid4().hex[:8]}"
+    broker.produce(queue, 1)
+    path = str(tmp_path / "table")
+    reports: list = []
+    query, _ = start_queue_to_delta(dspark, broker.reader_options(queue), path,
+                                    str(tmp_path / "checkpoint"), "processingTime=200 milliseconds",
+                                    on_report=reports.append)
+    try:
+        wait_for(lambda: sum(r.written for r in reports) == 1 or not query.isActive, 60,
+                 "the original written", explain=lambda: f"reports {reports}, {query.exception()}")
+        assert query.isActive, query.exception()
+        original = dspark.read.format("delta").load(path).select("node", "message_id", "body").first()
+        assert original is not None
+        nodes = broker.cluster.state().nodes
+        other = next(n for n in nodes if f"{n.host}:{n.stomp_port}" != original["node"])
+        sent = run_java_probe(broker.cluster, "BridgeCopySend.java", str(other.peer_port), queue,
+                              original["message_id"], "0", original["body"].decode())
+        assert sent == f"SENT {original['message_id']}", sent
+        wait_for(lambda: sum(r.rows_in for r in reports) == 2 or not query.isActive, 60,
+                 "the copy read", explain=lambda: f"reports {reports}, depths "
+                                                  f"{broker.depths(queue)}, {query.exception()}")
+        assert query.isActive, query.exception()
+    finally:
+        query.stop()
+    copy = [r for r in reports if r.rows_in][-1]
+    assert (copy.rows_in, copy.already_in_table, copy.written) == (1, 1, 0), reports
+    rows = dspark.read.format("delta").load(path).select("message_id", "node", "redelivered").collect()
+    assert [r["message_id"] for r in rows] == [original["message_id"]], rows
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
 def test_replay_of_a_committed_batch_with_other_messages_keeps_every_message_once(

@@ -18,11 +18,12 @@ from clustermq.broker.nodes import format_nodes, parse_nodes
 from clustermq.groups import bucket_for_group, bucket_for_ungrouped, group_hash
 from clustermq.options import OptionError, ReadOptions, WriteOptions
 from clustermq.read import available_now
-from clustermq.read.available_now import RecentIds
 from clustermq.read.consumer import ClusterConsumer
+from clustermq.read.copies import RecentIds
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.offsets import allocate, make_offsets, parse_offsets
+from clustermq.read.schema import to_record_batch
 
 BROKERS = "127.0.0.1:61613,127.0.0.1:61623,127.0.0.1:61633"
 
@@ -446,6 +447,25 @@ def test_available_now_does_not_count_a_second_delivery_of_a_message() -> None:
     assert not consumer.available_now_pending({name: 6})  # every message of the backlog read
 
 
+def test_a_second_delivery_of_a_message_is_emitted_flagged_redelivered_in_a_streaming_run() -> None:
+    """A Classic bridge's copy carries the original's message id and no redelivered flag: the
+    reader flags it, so a sink that checks flagged rows against what it wrote drops it; the
+    first delivery, and a message given back before Spark planned it, stay unflagged."""
+    consumer, links, name = connected_consumer()
+    consumer.set_start({name: 0})
+    links.last.deliver("a", "b")
+    first = consumer.latest({name: 0}, None, None)
+    links.last.deliver("c")
+    links.last.lose()  # c was not planned: given back
+    consumer.subscriptions[0].connect_once()
+    links.last.deliver("c", "a")  # c redelivered after its give-back; a copy of a
+    end = consumer.latest(first, None, None)
+    rows = [to_record_batch(name, messages, ClassicDialect(), "JMSXGroupID")[0].to_pylist()
+            for _, messages in consumer.take({name: 0}, end)][0]
+    assert [(r["message_id"], r["redelivered"]) for r in rows] == [
+        ("a", False), ("b", False), ("c", False), ("a", True)]
+
+
 def test_available_now_recounts_once_before_it_ends() -> None:
     """Once the backlog measured at start is read, a recount that settles on messages still
     queued (the start probe missed them) extends the run once; a recount that finds only ACKs
@@ -524,10 +544,8 @@ def test_available_now_ends_early_only_on_a_queue_found_empty_twice() -> None:
     assert not gone.available_now_pending({name: 1})
 
 
-def test_recent_ids_are_bounded_and_inactive_until_available_now() -> None:
+def test_recent_ids_are_bounded_and_forget_what_was_given_back() -> None:
     recent = RecentIds(capacity=3)
-    assert not recent.seen_before("a") and not recent.seen_before("a")  # inactive: no memory
-    recent.activate()
     assert [recent.seen_before(k) for k in ["a", "b", "a", "c", "d", "e"]] == [
         False, False, True, False, False, False]
     assert len(recent) == 3 and not recent.seen_before("b")  # "b" was evicted

@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from clustermq.broker.nodes import Node
@@ -35,9 +34,6 @@ RECOUNT_AGREEING = 3
 RECOUNT_MAX_S = 5.0
 #: while AvailableNow waits in vain, how often it asks whether the queue still holds anything
 EMPTY_CHECK_INTERVAL_S = 2.0
-#: message ids remembered to tell a copy; about 150 bytes each, some seconds of deliveries at
-#: full speed
-RECENT_IDS = 50_000
 
 
 class ArrivalCounter:
@@ -57,50 +53,6 @@ class ArrivalCounter:
     def wait_for_change(self, seen: int, timeout: float) -> None:
         with self._cond:
             self._cond.wait_for(lambda: self.value != seen, timeout)
-
-
-class RecentIds:
-    """The ids of the last ``capacity`` deliveries, to tell a second delivery of a message.
-
-    Bounded: a copy arrives within seconds of the original, so only the most recent ids are
-    kept and memory stays independent of the backlog's size (the backpressure guarantee).
-    Inactive (remembering nothing) until :meth:`activate`, since only AvailableNow counts
-    deliveries.
-    """
-
-    def __init__(self, capacity: int = RECENT_IDS) -> None:
-        self.capacity = capacity
-        self.active = False
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def activate(self) -> None:
-        self.active = True
-
-    def seen_before(self, key: str | None) -> bool:
-        """Remember ``key``; True if it was delivered before (and not given back since)."""
-        if not self.active or not key:
-            return False
-        with self._lock:
-            if key in self._ids:
-                self._ids.move_to_end(key)
-                return True
-            self._ids[key] = None
-            if len(self._ids) > self.capacity:
-                self._ids.popitem(last=False)
-            return False
-
-    def forget(self, keys: Iterable[str | None]) -> None:
-        """Messages given back to the broker: their next delivery is not a copy."""
-        if not self.active:
-            return
-        with self._lock:
-            for key in keys:
-                if key:
-                    self._ids.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 class DrainedNode(Protocol):

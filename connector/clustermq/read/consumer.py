@@ -21,7 +21,8 @@ from clustermq.broker.reachability import no_node_reachable
 from clustermq.broker.selector_check import check_selector
 from clustermq.errors import NodeUnavailable, NoNodeReachable
 from clustermq.options import ReadOptions
-from clustermq.read.available_now import ArrivalCounter, AvailableNow, DepthProbe, RecentIds
+from clustermq.read.available_now import ArrivalCounter, AvailableNow, DepthProbe
+from clustermq.read.copies import RecentIds
 from clustermq.read.links import LinkOpener
 from clustermq.read.membership import MembershipWatch, first_connect
 from clustermq.read.messages import BufferedMessage, NodeStatus
@@ -178,7 +179,6 @@ class ClusterConsumer:
         the one subscriptions stamp arrivals with; tests pass one that runs ahead."""
         self._drain = AvailableNow(backlog, probe, self.options.available_now_idle_timeout_s,
                                    self._arrivals, lambda: self.subscriptions, clock=clock, sleep=sleep)
-        self._recent.activate()
         log.info("clustermq: Trigger.AvailableNow will read the %d messages queued at start",
                  backlog)
 

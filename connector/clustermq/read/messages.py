@@ -16,7 +16,8 @@ class BufferedMessage:
     ``ack_id`` acknowledges it on the connection of ``generation`` only; ``arrival`` is its
     number among all deliveries to this process, ``seq`` its offset on its node (-1 until
     numbered); ``slot`` the node's subscription it came on where the node has several
-    (read/slots.py), else ``None``.
+    (read/slots.py), else ``None``; ``copy`` whether this process had already received a
+    delivery of the same message (read/copies.py), which flags the row ``redelivered``.
     """
 
     headers: dict[str, str]
@@ -26,6 +27,7 @@ class BufferedMessage:
     arrival: int
     seq: int = -1
     slot: int | None = None
+    copy: bool = False
 
     @property
     def size(self) -> int:

@@ -101,7 +101,7 @@ def rows_batch(
             string_column([dialect.message_id(m.headers, node_name) for m in rows]),
             string_column(groups),
             int_column([m.seq for m in rows], pa.int64()),
-            bool_column([m.headers.get("redelivered") == "true" for m in rows]),
+            bool_column([m.copy or m.headers.get("redelivered") == "true" for m in rows]),
             int_column([_int_or_none(m.headers.get("priority")) for m in rows], pa.int32()),
             int_column(timestamps, ARROW_SCHEMA.field("timestamp").type),
             string_map_column([m.headers for m in rows]),

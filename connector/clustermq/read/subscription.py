@@ -28,7 +28,7 @@ from clustermq.broker.dialect import BrokerDialect
 from clustermq.broker.nodes import Node
 from clustermq.errors import NodeUnavailable
 from clustermq.options import ReadOptions
-from clustermq.read.available_now import RecentIds
+from clustermq.read.copies import RecentIds
 from clustermq.read.links import Link, LinkOpener, LinkOwner
 from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.stomp_link import open_stomp_link
@@ -257,6 +257,8 @@ class NodeSubscription:
         with self._lock:
             late = generation != self._generation
             if not late:
+                # Told before the message is buffered, so no batch can emit it unflagged.
+                message.copy = self._recent.seen_before(self._message_key(headers))
                 if self.next_seq is None:
                     self._unnumbered.append(message)
                 else:
@@ -267,8 +269,8 @@ class NodeSubscription:
                 self._lock.notify_all()
         if late:  # a frame of a dropped connection: the broker redelivers it, count it again
             self._on_dropped(1)
-        elif self._recent.seen_before(self._message_key(headers)):
-            self._on_dropped(1)  # a copy of a message already delivered (available_now.py)
+        elif message.copy:
+            self._on_dropped(1)  # a copy of a message already delivered (read/copies.py)
 
     def _message_key(self, headers: dict[str, str]) -> str | None:
         dialect = self.dialect
