@@ -351,12 +351,12 @@ def test_a_key_with_any_redelivered_copy_in_a_batch_is_checked_against_the_table
 def test_later_batches_write_first_deliveries_whole_and_copies_once(
     dspark: SparkSession, tmp_path: Path
 ) -> None:
-    """After a run's first (strict) batch: a batch of first deliveries, each once, is written
-    whole; two unflagged copies of one message in a batch (a Classic bridge's copy,
-    broker-behaviour.md, "Copies made by a failed bridge") are written once, with no table
-    check; two flagged copies of a message already in the table are checked against it and
-    skipped; an empty batch writes nothing. Each report counts exactly what happened, and each
-    batch is one table version."""
+    """After a run's first (strict) batch: a batch of first deliveries, each once and none
+    flagged, is appended whole in one job (the direct append); a message and its copy in one
+    batch (the reader flags the copy: read/copies.py) are written once, the flagged row sending
+    the batch to the checked path before anything is committed; two flagged copies of a message
+    already in the table are checked against it and skipped; an empty batch writes nothing. Each
+    report counts exactly what happened, and each batch is one table version."""
     from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
     path = str(tmp_path / "table")
@@ -364,12 +364,13 @@ def test_later_batches_write_first_deliveries_whole_and_copies_once(
     writer.set_app_id("app-plain")
     writer(reader_rows(dspark, list(range(5)), False), 0)  # strict: the run's first batch
     writer(reader_rows(dspark, list(range(5, 15)), False), 1)
-    writer(reader_rows(dspark, [15, 16, 16], False), 2)
+    writer(reader_rows(dspark, [15, 16], False).unionByName(reader_rows(dspark, [16], True)), 2)
     writer(reader_rows(dspark, [17], False).unionByName(reader_rows(dspark, [3, 3], True)), 3)
     writer(reader_rows(dspark, [], False), 4)
     reports = [(r.rows_in, r.duplicates_in_batch, r.already_in_table, r.written)
                for r in writer.totals.reports]
     assert reports == [(5, 0, 0, 5), (10, 0, 0, 10), (3, 1, 0, 2), (3, 1, 1, 1), (0, 0, 0, 0)], reports
+    assert [r.direct for r in writer.totals.reports] == [False, True, False, False, True]
     table = dspark.read.format("delta").load(path)
     assert sorted(loadgen_ids(table)) == list(range(18))
     assert {r["batch_id"]: r["count"] for r in table.groupBy("batch_id").count().collect()} == {
@@ -396,7 +397,7 @@ def test_an_append_writes_few_files_whatever_the_shuffle_partitions(
     path = tmp_path / "table"
     writer = IdempotentDeltaWriter(str(path))
     writer.set_app_id("app-files")
-    for batch_id in range(2):  # the first batch (strict, anti-joined) and a normal one
+    for batch_id in range(2):  # the first batch (strict, cached) and a later one (appended directly)
         writer(reader_rows(session, list(range(batch_id * 1000, (batch_id + 1) * 1000)), False),
                batch_id)
     added = [sum(1 for line in commit.read_text().splitlines() if "add" in json.loads(line))

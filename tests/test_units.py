@@ -19,7 +19,7 @@ from clustermq.groups import bucket_for_group, bucket_for_ungrouped, group_hash
 from clustermq.options import OptionError, ReadOptions, WriteOptions
 from clustermq.read import available_now
 from clustermq.read.consumer import ClusterConsumer
-from clustermq.read.copies import RecentIds
+from clustermq.read.copies import RecentIds, flag_repeats
 from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.offsets import allocate, make_offsets, parse_offsets
@@ -464,6 +464,22 @@ def test_a_second_delivery_of_a_message_is_emitted_flagged_redelivered_in_a_stre
             for _, messages in consumer.take({name: 0}, end)][0]
     assert [(r["message_id"], r["redelivered"]) for r in rows] == [
         ("a", False), ("b", False), ("c", False), ("a", True)]
+
+
+def test_a_batch_holds_at_most_one_unflagged_row_per_message_id() -> None:
+    """Spark plans a batch in the reader's process, so a repeat within it is flagged whatever the
+    window of remembered ids (two nodes delivering one message, a window too small to hold it)."""
+    consumer, links, name = connected_consumer()
+    consumer.subscriptions[0]._recent = RecentIds(capacity=1)
+    consumer.set_start({name: 0})
+    links.last.deliver("a", "b", "a", "c", "a")  # the window forgets a before each repeat
+    end = consumer.latest({name: 0}, None, None)
+    taken = [(m.headers["message-id"], m.copy) for _, messages in consumer.take({name: 0}, end)
+             for m in messages]
+    assert taken == [("a", False), ("b", False), ("a", True), ("c", False), ("a", True)]
+    unkeyed = [BufferedMessage({}, b"", None, 0, arrival) for arrival in range(4)]
+    assert flag_repeats([("x", unkeyed[0]), ("x", unkeyed[1]), (None, unkeyed[2]), (None, unkeyed[3])]) == 1
+    assert [m.copy for m in unkeyed] == [False, True, False, False]  # no id: nothing to compare
 
 
 def test_available_now_recounts_once_before_it_ends() -> None:

@@ -14,10 +14,14 @@ Two mechanisms, because each covers what the other cannot:
   against the ``message_id`` column of the table. Messages delivered for the first time
   (``redelivered = false``) cannot be in the table yet, so a normal batch costs no table scan.
 
-A normal batch is two Spark jobs of its own: one reads the batch into a cache, grouped by key,
-and counts what the report needs (rows, keys, keys with a redelivered copy, unparsable bodies)
-in the same pass; the other is the Delta append from that cache. Only a batch with redelivered
-keys (or a strict one) adds the anti-join and a second cached, counted set.
+A later batch with no row flagged ``redelivered`` holds each message once and none the table
+can hold (the reader flags every repeat: read/copies.py), so it is appended whole in one Spark
+job, as Delta's own sink does (:mod:`clustermq.pipelines.direct_append`); a flagged row stops
+that job before Delta commits, and the batch takes the checked path. The checked path is two
+Spark jobs of its own: one reads the batch into a cache, grouped by key, and counts what the
+report needs (rows, keys, keys with a redelivered copy, unparsable bodies) in the same pass; the
+other is the Delta append from that cache. A batch with redelivered keys (or a strict one) adds
+the anti-join and a second cached, counted set.
 
 The first batch of every run may be a replay, so it gets the strict treatment: *every* row is
 anti-joined against the table, and after the ``txnVersion`` append the writer checks that its
@@ -57,6 +61,7 @@ from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
 from clustermq.pipelines.body_parse import BodyParse
+from clustermq.pipelines.direct_append import DirectCounts, append_direct
 from clustermq.pipelines.park import Parking
 from clustermq.pipelines.table_columns import (
     ANY_REDELIVERED,
@@ -155,6 +160,8 @@ class BatchReport:
     #: rows the table would refuse, published to the park queue (only with a ``Parking``)
     parked: int = 0
     park_queue: str | None = None
+    #: appended whole in one job (pipelines/direct_append.py), not by the checked path
+    direct: bool = False
 
     def line(self) -> str:
         text = (f"batch {self.batch_id}: {self.rows_in} rows read, "
@@ -228,6 +235,8 @@ class IdempotentDeltaWriter:
         self._app_id_set = threading.Event()
         self._first = True
         self._exists = False
+        #: the last batch id this run handled: a later one cannot be in Delta's log yet
+        self._last_batch: int | None = None
 
     def set_app_id(self, app_id: str) -> None:
         self._app_id = app_id
@@ -265,6 +274,17 @@ class IdempotentDeltaWriter:
         self._first = False
         optional = tuple(c for c in OPTIONAL_READER_COLUMNS if c in batch.columns)
         self.columns = TABLE_COLUMNS + optional + (self.parse.columns() if self.parse else ())
+        direct = self._direct(batch, batch_id, app_id, strict)
+        previous, self._last_batch = self._last_batch, batch_id
+        if isinstance(direct, DirectCounts):
+            self._finish(BatchReport(batch_id=batch_id, rows_in=direct.rows, duplicates_in_batch=0,
+                                     already_in_table=0, written=direct.rows, corrupt=direct.corrupt,
+                                     direct=True))
+            return
+        if direct == "unobserved":  # Delta may have skipped it: decide it on the table
+            log.warning("clustermq delta sink: batch %d (after batch %s): the append returned no "
+                        "counts; checking the batch against the table", batch_id, previous)
+            strict = True
         unique = self._unique(batch, batch_id)
         reason = self._park_reason(spark)
         if reason is not None:
@@ -295,7 +315,7 @@ class IdempotentDeltaWriter:
                                 attempt + 1, COMMIT_ATTEMPTS)
         finally:
             unique.unpersist()
-        report = BatchReport(
+        self._finish(BatchReport(
             batch_id=batch_id,
             rows_in=rows_in,
             duplicates_in_batch=rows_in - unique_count,
@@ -305,7 +325,34 @@ class IdempotentDeltaWriter:
             corrupt=corrupt,
             parked=parked,
             park_queue=self.park.queue if self.park is not None else None,
-        )
+        ))
+
+    def _direct(self, batch: DataFrame, batch_id: int, app_id: str, strict: bool) -> DirectCounts | str | None:
+        """The batch appended whole in one job (pipelines/direct_append.py) where the reader's
+        flags say it holds only first deliveries; ``None`` where that cannot be known: a strict
+        batch, rows keyed by an id header (the reader flags by ``message_id``), a park queue (its
+        check reads the table), or a batch id not above this run's last (Delta could skip it).
+        Another writer's commit first sends the batch to the checked path, which retries."""
+        if (strict or self.id_header or self.park is not None or self._last_batch is None
+                or batch_id <= self._last_batch):
+            return None
+        try:
+            outcome = append_direct(batch, batch_id, self.columns, self.path, app_id, self.parse)
+        except Exception as exc:
+            condition = concurrent_commit_condition(exc)
+            if condition is None:
+                raise
+            log.warning("clustermq delta sink: batch %d: another writer committed to the table "
+                        "first (%s); taking the checked path", batch_id, condition)
+            return "conflict"
+        if isinstance(outcome, DirectCounts):
+            self._exists = True
+        return outcome
+
+    def _finish(self, report: BatchReport) -> None:
+        """Count, log and hand on what a batch did, then signal its commit."""
+        batch_id, rows_in, written = report.batch_id, report.rows_in, report.written
+        corrupt, parked = report.corrupt, report.parked
         self.totals.batches += 1
         self.totals.corrupt += corrupt or 0
         self.totals.parked += parked

@@ -22,7 +22,7 @@ from clustermq.broker.selector_check import check_selector
 from clustermq.errors import NodeUnavailable, NoNodeReachable
 from clustermq.options import ReadOptions
 from clustermq.read.available_now import ArrivalCounter, AvailableNow, DepthProbe
-from clustermq.read.copies import RecentIds
+from clustermq.read.copies import RecentIds, flag_repeats
 from clustermq.read.links import LinkOpener
 from clustermq.read.membership import MembershipWatch, first_connect
 from clustermq.read.messages import BufferedMessage, NodeStatus
@@ -157,12 +157,16 @@ class ClusterConsumer:
         """Every node's messages in ``[start, end)``, waiting for redelivery on a replay."""
         replay_deadline = time.monotonic() + self.options.replay_timeout_s
         out = []
+        keyed: list[tuple[str | None, BufferedMessage]] = []
         for sub in self.subscriptions:
             name = sub.node.name
             if end[name] <= start[name]:
                 continue
             wait = max(0.0, replay_deadline - time.monotonic())
-            out.append((sub.index, sub.take(start[name], end[name], wait)))
+            messages = sub.take(start[name], end[name], wait)
+            keyed += ((sub.message_key(m.headers), m) for m in messages)
+            out.append((sub.index, messages))
+        flag_repeats(keyed)
         return out
 
     # ------------------------------------------------------------------ AvailableNow

@@ -1,5 +1,10 @@
 """Telling a copy: a delivery of a message this reader process already received.
 
+Two promises, which the Delta sink's direct append builds on (pipelines/direct_append.py): in a
+batch, at most one row per ``message_id`` is unflagged (:func:`flag_repeats`, exact); and a
+message received again within the last ``RECENT_IDS`` deliveries of the run is flagged
+(:class:`RecentIds`, bounded).
+
 A Classic network of brokers can deliver one message twice with the same ``message_id`` and
 neither copy flagged ``redelivered`` (a failed bridge sends again what it had not seen
 acknowledged; a restarted node forgets the flag: docs/broker-behaviour.md, "Copies made by a
@@ -19,6 +24,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+
+from clustermq.read.messages import BufferedMessage
 
 #: message ids remembered to tell a copy: about 150 bytes each (7.5 MB), two seconds of
 #: deliveries at the reader's full speed, the whole of a slower stream's last minutes
@@ -56,3 +63,21 @@ class RecentIds:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+
+def flag_repeats(batch: Iterable[tuple[str | None, BufferedMessage]]) -> int:
+    """Flag every message of a batch whose key an earlier one of the batch has: exact, whatever
+    the window, since Spark plans a batch in this process. ``batch`` pairs each message with its
+    key (``message_id``); returns how many were flagged here."""
+    seen: set[str] = set()
+    flagged = 0
+    for key, message in batch:
+        if not key:
+            continue
+        if key in seen:
+            if not message.copy:
+                message.copy = True
+                flagged += 1
+        else:
+            seen.add(key)
+    return flagged

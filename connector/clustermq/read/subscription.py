@@ -232,7 +232,7 @@ class NodeSubscription:
             while self._messages and self._messages[-1].seq >= self.reserved_end:
                 given_back.append(self._messages.pop())
             self.next_seq = max(self.reserved_end, self._messages[-1].seq + 1 if self._messages else 0)
-        self._recent.forget(self._message_key(m.headers) for m in given_back)
+        self._recent.forget(self.message_key(m.headers) for m in given_back)
         return len(given_back)
 
     def stop(self) -> None:
@@ -258,7 +258,7 @@ class NodeSubscription:
             late = generation != self._generation
             if not late:
                 # Told before the message is buffered, so no batch can emit it unflagged.
-                message.copy = self._recent.seen_before(self._message_key(headers))
+                message.copy = self._recent.seen_before(self.message_key(headers))
                 if self.next_seq is None:
                     self._unnumbered.append(message)
                 else:
@@ -272,7 +272,8 @@ class NodeSubscription:
         elif message.copy:
             self._on_dropped(1)  # a copy of a message already delivered (read/copies.py)
 
-    def _message_key(self, headers: dict[str, str]) -> str | None:
+    def message_key(self, headers: dict[str, str]) -> str | None:
+        """The id a copy of the message shares with it (read/copies.py)."""
         dialect = self.dialect
         return dialect.message_id(headers, self.node.name) if dialect is not None else None
 
