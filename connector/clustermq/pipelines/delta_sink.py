@@ -61,7 +61,7 @@ from pyspark.sql import functions as F
 
 from clustermq.errors import JobConfigError
 from clustermq.pipelines.body_parse import BodyParse
-from clustermq.pipelines.direct_append import DirectCounts, append_direct
+from clustermq.pipelines.direct_append import DirectCounts, Fallback, append_direct
 from clustermq.pipelines.park import Parking
 from clustermq.pipelines.table_columns import (
     ANY_REDELIVERED,
@@ -72,6 +72,7 @@ from clustermq.pipelines.table_columns import (
     PARK_REASON,
     TABLE_COLUMNS,
     WORKING_COLUMNS,
+    stamped,
 )
 
 log = logging.getLogger("clustermq.delta_sink")
@@ -327,7 +328,7 @@ class IdempotentDeltaWriter:
             park_queue=self.park.queue if self.park is not None else None,
         ))
 
-    def _direct(self, batch: DataFrame, batch_id: int, app_id: str, strict: bool) -> DirectCounts | str | None:
+    def _direct(self, batch: DataFrame, batch_id: int, app_id: str, strict: bool) -> DirectCounts | Fallback | None:
         """The batch appended whole in one job (pipelines/direct_append.py) where the reader's
         flags say it holds only first deliveries; ``None`` where that cannot be known: a strict
         batch, rows keyed by an id header (the reader flags by ``message_id``), a park queue (its
@@ -427,14 +428,12 @@ class IdempotentDeltaWriter:
         sends the key to the table check even when the copy kept is the unflagged one."""
         keyed = batch.withColumn(KEY, self._key())
         kept = [c for c in keyed.columns if c != KEY]
-        unique = (
+        unique = stamped(
             keyed.groupBy(KEY)
             .agg(*(F.first(c).alias(c) for c in kept),
                  F.count(F.lit(1)).alias(COPIES),
-                 F.max(F.col("redelivered")).alias(ANY_REDELIVERED))
-            .withColumn("ingest_time", F.current_timestamp())
-            .withColumn("batch_id", F.lit(batch_id).cast("long"))
-        )
+                 F.max(F.col("redelivered")).alias(ANY_REDELIVERED)),
+            batch_id)
         if self.parse is not None:
             unique = self.parse.apply(unique)
         return unique.select(*WORKING_COLUMNS, *self.columns)

@@ -14,12 +14,13 @@ flagged row, before Delta commits anything; the sink then takes the checked path
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from clustermq.pipelines.body_parse import BodyParse
+from clustermq.pipelines.table_columns import stamped
 
 #: The error the guard raises; found in the failed job's message to tell it from other failures.
 GUARD = "clustermq: a row flagged redelivered sends this batch to the checked path"
@@ -27,6 +28,12 @@ GUARD = "clustermq: a row flagged redelivered sends this batch to the checked pa
 #: in 8 of 8 measured saves. None at all means Delta skipped the append (its log already had the
 #: batch); the sink then decides the batch again on the table (the strict path).
 OBSERVED_WAIT_S = 5.0
+
+
+#: Why a batch takes the checked path after all: a row was flagged (nothing committed), the save
+#: returned without its counts (Delta may have skipped it: decided again on the table, strictly),
+#: or another writer committed first (the checked path retries).
+Fallback = Literal["flagged", "unobserved", "conflict"]
 
 
 class DirectCounts(NamedTuple):
@@ -37,12 +44,10 @@ class DirectCounts(NamedTuple):
 def append_direct(
     batch: DataFrame, batch_id: int, columns: tuple[str, ...], path: str, app_id: str,
     parse: BodyParse | None,
-) -> DirectCounts | str:
-    """Append ``batch`` whole; its counts, or why it must take the checked path instead:
-    ``"flagged"`` (a row was flagged, nothing committed) or ``"unobserved"`` (the save returned
-    without the counts, as when Delta skips a batch it already has)."""
-    rows = (batch.withColumn("ingest_time", F.current_timestamp())
-            .withColumn("batch_id", F.lit(batch_id).cast("long")))
+) -> DirectCounts | Fallback:
+    """Append ``batch`` whole; its counts, or why it must take the checked path instead
+    (``"flagged"`` or ``"unobserved"``: :data:`Fallback`)."""
+    rows = stamped(batch, batch_id)
     if parse is not None:
         rows = parse.apply(rows)
     rows = rows.where(F.when(F.col("redelivered"), F.raise_error(F.lit(GUARD))).otherwise(F.lit(True)))

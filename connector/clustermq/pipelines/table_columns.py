@@ -6,6 +6,9 @@ a table column, nor with the key the sink de-duplicates by while a batch is proc
 
 from __future__ import annotations
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
 READER_COLUMNS = (
     "node", "destination", "message_id", "group_id", "sequence", "redelivered", "priority",
     "timestamp", "headers", "body",
@@ -21,3 +24,10 @@ PARK_REASON = "_clustermq_park_reason"
 #: the sink's working columns while a batch is processed; a parsed column must not use them
 WORKING_COLUMNS = (KEY, COPIES, ANY_REDELIVERED)
 CORRUPT_COLUMN = "_corrupt"  # a body that did not parse, as text (with a BodyParse)
+
+
+def stamped(rows: DataFrame, batch_id: int) -> DataFrame:
+    """``rows`` with the two columns the sink adds: ``ingest_time`` (one instant for the whole
+    append: ``current_timestamp`` is evaluated once per query) and ``batch_id``."""
+    return (rows.withColumn("ingest_time", F.current_timestamp())
+            .withColumn("batch_id", F.lit(batch_id).cast("long")))
