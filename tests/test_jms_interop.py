@@ -213,6 +213,76 @@ def test_jms_groups_forwarded_over_a_bridge_stay_together(
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in nodes}
 
 
+@pytest.mark.flavors("classic")
+def test_a_group_pinned_to_a_bridge_that_may_not_carry_its_message_is_released_by_the_reader(
+    spark: SparkSession, broker, tmp_path: Path
+) -> None:
+    """The shape docs/broker-behaviour.md's "A group pinned to a bridge that may not carry its
+    message" describes, built on purpose with a query reading nodes A and B:
+
+    * A's only reader consumer is full (prefetch 1, holding ``m0`` while batch 0 runs), so A
+      gives the first message of group ``pin0`` to its bridge consumer towards B, the one that
+      stands for the reader's subscription there: the group is pinned to that bridge;
+    * a message of ``pin0`` then reaches A with B in its broker path (sent here the way a bridge
+      delivers it, by a JMS client of the Classic distribution,
+      tests/drivers/BridgeSend.java): the loop check keeps the bridge from carrying it
+      back to B, and A's reader consumer may not have it, the group being the bridge's.
+
+    Nothing else arrives, so the query goes quiet with the message held on A. The reader's stall
+    watch (read/stalls.py) re-opens its subscription on B, which removes A's bridge consumer and
+    releases the group: every message is read exactly once and the queue ends empty. Without the
+    watch the message stays on A for as long as the query runs."""
+    from test_localcluster import classic_broker_ids, run_java_probe
+    from waits import wait_for
+
+    queue = new_queue("pinned")
+    state = broker.cluster.state()
+    node_a, node_b = state.nodes[0], state.nodes[1]
+    a, b = (f"{n.host}:{n.stomp_port}" for n in (node_a, node_b))  # how depths name them
+    broker.produce(queue, 1, nodes=[0])  # m0 (loadgen_id 0), for A's reader consumer
+    options = broker.reader_options(queue, numPartitions=1, prefetchPerNode=1)
+    options["brokers"] = f"{a},{b}"
+    steps: list[str] = []
+
+    def pin_while_batch_runs(batch, batch_id: int) -> None:
+        if steps:
+            return
+        steps.append(f"batch {batch_id} holds {batch.count()} row(s) of A")
+        # A's reader consumer is full with m0: the group's first message goes over the bridge to B.
+        broker.produce(queue, 1, groups=1, prefix="pin", first_id=1, nodes=[0])
+        wait_for(lambda: broker.depths(queue) == {a: 1, b: 1, **{
+            f"{n.host}:{n.stomp_port}": 0 for n in state.nodes[2:]}}, 30, "pin0's first message forwarded to B",
+                 explain=lambda: f"depths {broker.depths(queue)}")
+        sent = run_java_probe(broker.cluster, "BridgeSend.java", str(node_a.peer_port), queue, "2",
+                              '{"order":2}', "-", "pin0", classic_broker_ids(broker.cluster, node_b.index)[-1])
+        steps.append(f"sent to A from B's path: {sent}")
+
+    held: list[str] = []
+
+    def all_read_and_acknowledged(out: Path) -> bool:
+        if not any(out.glob("*.parquet")):
+            return False
+        read = spark.read.parquet(str(out)).count()
+        depths = broker.depths(queue)
+        held[:] = [f"{read} rows, depths {depths}"]
+        return read >= 3 and all(d == 0 for d in depths.values())
+
+    try:
+        rows, _ = drain(spark, options, tmp_path, timeout=120, on_batch=pin_while_batch_runs,
+                        until=all_read_and_acknowledged)
+    except AssertionError as e:
+        raise AssertionError(
+            f"{e}; steps {steps}; last seen {held} (a message held on {a} in group pin0 "
+            f"is one its bridge consumer towards {b} owns and may not carry)\n"
+            + cluster_state(broker, queue)) from None
+    read = sorted((int(r["id"]), r["node"], r["batch_id"]) for r in rows.select(
+        rows["headers"]["loadgen_id"].alias("id"), "node", "batch_id").collect())
+    print(f"\nread (loadgen_id, node, batch): {read}; {steps}")
+    assert [r[0] for r in read] == [0, 1, 2], (read, steps)
+    assert read[2][1] == a, (read, steps)  # the held message, from A
+    assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
+
+
 def test_jms_consumer_sees_the_writers_groups(spark: SparkSession, broker, tmp_path: Path) -> None:
     """What the writer publishes with a ``group_id`` reaches a JMS consumer as a JMS group: a
     consumer with the selector ``JMSXGroupID='<group>'`` on the group's node receives exactly

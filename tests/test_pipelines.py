@@ -223,7 +223,7 @@ def test_a_bridge_copy_with_the_original_message_id_and_no_flag_is_written_once(
     another node with the original's ``message_id`` and no ``redelivered`` flag, and is delivered
     there as a new message, a batch after the original was written (docs/broker-behaviour.md,
     "Copies made by a failed bridge"). The copy is sent here the way a bridge sends it, by a JMS
-    client of the Classic distribution (tests/drivers/BridgeCopySend.java). The reader flags a
+    client of the Classic distribution (tests/drivers/BridgeSend.java). The reader flags a
     message it already received, so the sink checks the copy against the table and writes the
     message once; unflagged, a later batch's row is appended unchecked and the table holds two.
     """
@@ -245,8 +245,8 @@ def test_a_bridge_copy_with_the_original_message_id_and_no_flag_is_written_once(
         assert original is not None
         nodes = broker.cluster.state().nodes
         other = next(n for n in nodes if f"{n.host}:{n.stomp_port}" != original["node"])
-        sent = run_java_probe(broker.cluster, "BridgeCopySend.java", str(other.peer_port), queue,
-                              original["message_id"], "0", original["body"].decode())
+        sent = run_java_probe(broker.cluster, "BridgeSend.java", str(other.peer_port), queue, "0",
+                              original["body"].decode(), original["message_id"], "-", "-")
         assert sent == f"SENT {original['message_id']}", sent
         wait_for(lambda: sum(r.rows_in for r in reports) == 2 or not query.isActive, 60,
                  "the copy read", explain=lambda: f"reports {reports}, depths "

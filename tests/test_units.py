@@ -24,6 +24,7 @@ from clustermq.read.links import LinkOwner
 from clustermq.read.messages import BufferedMessage
 from clustermq.read.offsets import allocate, make_offsets, parse_offsets
 from clustermq.read.schema import to_record_batch
+from clustermq.read.stalls import STALL_AFTER_S, STALL_RECHECK_S, StallWatch
 
 BROKERS = "127.0.0.1:61613,127.0.0.1:61623,127.0.0.1:61633"
 
@@ -480,6 +481,59 @@ def test_a_batch_holds_at_most_one_unflagged_row_per_message_id() -> None:
     unkeyed = [BufferedMessage({}, b"", None, 0, arrival) for arrival in range(4)]
     assert flag_repeats([("x", unkeyed[0]), ("x", unkeyed[1]), (None, unkeyed[2]), (None, unkeyed[3])]) == 1
     assert [m.copy for m in unkeyed] == [False, True, False, False]  # no id: nothing to compare
+
+
+def test_a_quiet_query_reopens_other_nodes_then_the_holder_while_a_node_holds_messages() -> None:
+    """A query that plans nothing for ``STALL_AFTER_S`` while a node holds messages it does not
+    deliver re-opens the other nodes' settled subscriptions (their bridge consumers on the holder
+    may own the groups), then at the next check the holder's too; a subscription with an
+    unacknowledged delivery is left alone, and a planned batch ends the quiet."""
+    links = _Links()
+    consumer = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1,127.0.0.1:2", "queue": "q"}),
+                               open_link=links)
+    holder, other = consumer.subscriptions
+    for sub in consumer.subscriptions:
+        sub.connect_once()
+    clock = _Clock()
+    depths = {holder.node.name: 3, other.node.name: 0}
+    probes: list[dict[str, int]] = []
+    watch = StallWatch(lambda: probes.append(dict(depths)) or dict(depths), lambda: consumer.subscriptions,
+                       clock=clock.now, spawn=lambda work: work())
+    watch.planned(False)  # the quiet starts
+    clock.sleep(STALL_AFTER_S - 1)
+    watch.planned(False)
+    assert probes == [] and holder.connected and other.connected
+    clock.sleep(1.5)
+    watch.planned(False)
+    assert len(probes) == 1 and holder.connected and not other.connected  # the other node first
+    watch.planned(False)
+    assert len(probes) == 1  # not again before the recheck
+    other.connect_once()
+    clock.sleep(STALL_RECHECK_S)
+    watch.planned(False)
+    assert len(probes) == 2 and not holder.connected and not other.connected  # then the holder too
+
+    for sub in consumer.subscriptions:
+        sub.connect_once()
+    watch.planned(True)  # a batch: the quiet ends, the next check is STALL_AFTER_S away
+    watch.planned(False)
+    clock.sleep(STALL_AFTER_S - 1)
+    watch.planned(False)
+    assert len(probes) == 2
+    consumer.set_start({holder.node.name: 0, other.node.name: 0})
+    links.last.deliver("m")  # the other node's subscription holds a delivery
+    clock.sleep(1.5)
+    watch.planned(False)
+    assert len(probes) == 3 and holder.connected and other.connected  # unacknowledged: left alone
+
+    depths.update({holder.node.name: 0, other.node.name: 1})  # what it holds is this query's own
+    assert watch.check(holders_too=True) == []
+    assert holder.connected and other.connected
+
+    selective = ClusterConsumer(ReadOptions.parse({"brokers": "127.0.0.1:1", "queue": "q",
+                                                   "selector": "kind = 'a'"}))
+    selective.watch_stalls(lambda: {"unused": 1})
+    assert selective._stalls is None  # the depth counts what the selector leaves out
 
 
 def test_available_now_recounts_once_before_it_ends() -> None:

@@ -28,6 +28,7 @@ from clustermq.read.membership import MembershipWatch, first_connect
 from clustermq.read.messages import BufferedMessage, NodeStatus
 from clustermq.read.offsets import NodeOffsets, allocate, make_offsets
 from clustermq.read.priority import connect_order, follow_priority, subscription_class
+from clustermq.read.stalls import StallWatch
 from clustermq.read.subscription import NodeSubscription, open_transport_link
 
 log = logging.getLogger("clustermq.consumer")
@@ -49,6 +50,7 @@ class ClusterConsumer:
         self._arrivals = ArrivalCounter()
         self._recent = RecentIds()
         self._drain: AvailableNow | None = None  # Trigger.AvailableNow's, once prepared
+        self._stalls: StallWatch | None = None  # a running query's, once watch_stalls is called
         self.subscriptions = [self._subscription(n, i) for i, n in enumerate(options.connection.nodes)]
         self._started = False
         self._all_down_since: float | None = None
@@ -151,7 +153,17 @@ class ClusterConsumer:
             sub.reserve(end[sub.node.name])
         if drain is not None:
             drain.planned(end != start)
+        elif self._stalls is not None:
+            self._stalls.planned(end != start)
         return end
+
+    def watch_stalls(self, probe: DepthProbe) -> None:
+        """Check, while the query finds nothing to read, whether the nodes hold messages they do
+        not deliver (read/stalls.py). Not with a selector or on a topic: the depth then counts
+        messages that are not this query's to read."""
+        if self.options.selector or self.options.connection.topic is not None:
+            return
+        self._stalls = StallWatch(probe, lambda: self.subscriptions)
 
     def take(self, start: NodeOffsets, end: NodeOffsets) -> list[tuple[int, list[BufferedMessage]]]:
         """Every node's messages in ``[start, end)``, waiting for redelivery on a replay."""

@@ -81,6 +81,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._consumer is None:
             consumer = ClusterConsumer(self.options)
             consumer.start()
+            consumer.watch_stalls(self._depth_probe())
             self._consumer = consumer
         return self._consumer
 
