@@ -118,10 +118,14 @@ def test_the_produce_command_refuses_a_rate_that_is_not_positive(rate: str, caps
     assert f"--rate must be a positive number of messages per second, got '{rate}'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("seconds", ["0", "-3", "soon"])
-def test_the_bench_refuses_latency_seconds_that_are_not_positive(seconds: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("option", "unit"), [("--latency-seconds", "seconds"), ("--memory-messages", "messages")])
+@pytest.mark.parametrize("value", ["0", "-3", "soon"])
+def test_the_bench_refuses_sizes_that_are_not_positive(
+    option: str, unit: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from clustermq.devtools.bench.run import parse_args
 
     with pytest.raises(SystemExit):
-        parse_args(["--latency-seconds", seconds])
-    assert f"--latency-seconds must be a positive number of seconds, got '{seconds}'" in capsys.readouterr().err
+        parse_args([option, value])
+    assert f"{option} must be a positive number of {unit}, got '{value}'" in capsys.readouterr().err
+    assert parse_args([option, "7"]).__dict__[option[2:].replace("-", "_")] == 7

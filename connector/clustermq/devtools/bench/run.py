@@ -84,6 +84,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    default=latency.SEND_SECONDS,
                    help="the latency step's timed sending per query and rate (default "
                         f"{latency.SEND_SECONDS:.0f}; --scale does not change it)")
+    p.add_argument("--memory-messages", type=positive_number("--memory-messages", "messages"),
+                   default=None,
+                   help=f"the memory step's backlog (default {MEMORY_MESSAGES:,} x --scale); make "
+                        "bench gives the full size, since a slow leak shows only over a long drain")
     p.add_argument("--steps", default=",".join(STEPS),
                    help=f"comma-separated subset of {', '.join(STEPS)} (default: all)")
     return p.parse_args(argv)
@@ -230,7 +234,9 @@ def run(
                                         ("memory", MEMORY_MESSAGES)):
                         if step in wanted:
                             _say(f"[{flavor}] {step} (elapsed {time.monotonic() - started:.0f} s)")
-                            getattr(extras, step)(b, _count(count, args.scale), results)
+                            size = (int(args.memory_messages) if step == "memory" and args.memory_messages
+                                    else _count(count, args.scale))
+                            getattr(extras, step)(b, size, results)
             finally:
                 if cluster is None:
                     cl.down()
