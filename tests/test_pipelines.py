@@ -252,6 +252,15 @@ def test_a_bridge_copy_with_the_original_message_id_and_no_flag_is_written_once(
                  "the copy read", explain=lambda: f"reports {reports}, depths "
                                                   f"{broker.depths(queue)}, {query.exception()}")
         assert query.isActive, query.exception()
+        # The sink reports from inside the batch; the reader acknowledges the copy only once Spark
+        # committed that batch (at the next trigger). Stopped before that, the copy goes back to
+        # its node and stays there, consumed by nobody.
+        empty = {n.name: 0 for n in broker.cluster.nodes()}
+        wait_for(lambda: broker.depths(queue) == empty or not query.isActive, 60,
+                 "the copy acknowledged after its batch committed",
+                 explain=lambda: f"depths {broker.depths(queue)}, reports {reports}, "
+                                 f"last progress {query.lastProgress}, {query.exception()}")
+        assert query.isActive, query.exception()
     finally:
         query.stop()
     copy = [r for r in reports if r.rows_in][-1]
