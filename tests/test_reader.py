@@ -466,6 +466,16 @@ def test_client_individual_acknowledges_exactly_the_committed_messages(
     assert broker.wait_depth_zero(queue) == {n.name: 0 for n in broker.cluster.nodes()}
 
 
+def interval_clear_of_now(margin_s: float) -> int:
+    """A ``processingTime`` interval in ms, at least ``2 * margin_s``, whose next multiple since
+    the epoch (where Spark fires the next trigger) is at least ``margin_s`` from now."""
+    now_ms, margin_ms = int(time.time() * 1000), int(margin_s * 1000)
+    interval_ms = 2 * margin_ms
+    while interval_ms - now_ms % interval_ms < margin_ms:
+        interval_ms += 997  # a prime step moves the boundary by a different amount each time
+    return interval_ms
+
+
 def test_a_query_stopped_before_its_next_trigger_gives_its_last_batch_back_to_the_next_run(
     spark: SparkSession, broker, tmp_path: Path
 ) -> None:
@@ -476,7 +486,10 @@ def test_a_query_stopped_before_its_next_trigger_gives_its_last_batch_back_to_th
     run on the same checkpoint reads it again (at least once; nothing is lost). The batch's
     rows reach the sink twice, exactly those, and on Classic flagged ``redelivered``.
 
-    The trigger interval (20 s) leaves the stop well inside the wait for the next trigger, so a
+    Spark fires a ``processingTime`` trigger at the multiples of its interval since the epoch,
+    not one interval after the last (``ProcessingTimeExecutor``): a 20-second trigger came 10.4 s
+    after a query's first batch. The interval is therefore chosen so that its next boundary is
+    at least ``margin_s`` away, which leaves the stop inside the wait for the next trigger, so a
     depth below the total after the stop means the reader acknowledged without Spark's word.
     (A run's first batch may have no rows: its offsets can name the nodes before any delivery.)
     """
@@ -497,9 +510,12 @@ def test_a_query_stopped_before_its_next_trigger_gives_its_last_batch_back_to_th
         return bool(with_rows) and (checkpoint / "commits" / str(with_rows[0])).exists()
 
     checkpoint = tmp_path / "checkpoint"
+    margin_s = 240  # the wait below (120 s) and the stop, with room to spare
+    interval_ms = interval_clear_of_now(margin_s)
+    started = time.time()
     query = (spark.readStream.format("clustermq").options(**broker.reader_options(queue)).load()
              .writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime="20 seconds").start())
+             .trigger(processingTime=f"{interval_ms} milliseconds").start())
     try:
         wait_for(lambda: committed_with_rows() or not query.isActive, 120,
                  "the first batch with rows committed",
@@ -508,6 +524,9 @@ def test_a_query_stopped_before_its_next_trigger_gives_its_last_batch_back_to_th
         assert query.isActive, query.exception()
     finally:
         query.stop()
+    stopped_after_s = time.time() - started
+    assert stopped_after_s < margin_s, (
+        f"the stop came {stopped_after_s:.0f} s after the start, past the next trigger")
     assert len(with_rows) == 1, f"batches with rows {with_rows}: a trigger came before the stop"
     first_run = sorted(r["id"] for r in collected)
     assert first_run and not any(r["redelivered"] for r in collected), collected[:10]

@@ -335,25 +335,34 @@ def test_node_killed_and_restarted_mid_stream_loses_nothing(
     # 300-message batch. Classic redelivers with the same message_id; Artemis too, or with a
     # new one after moving it. The restarted broker does not flag them: Classic forgets the
     # flag without persistJMSRedelivered, Artemis did not set it (0 of 100 in four runs).
-    # On Classic a second kind: a message produced to the victim that its bridge forwarded to a
-    # survivor (read there) just before the kill, without the survivor's acknowledgement reaching
-    # the victim's store, is forwarded again after the restart, to the other survivor (measured
-    # once in a clean-clone run: 20 such ids, each produced to the victim, read once from each
-    # survivor with one message_id, neither copy flagged; broker-behaviour.md, "Copies made by a
-    # failed bridge"). They count toward the bound of 2 × 300: 120 duplicated ids in all in that run.
+    # On Classic a second kind, copies made by a bridge to or from the victim that the kill cut
+    # before the receiving store's acknowledgement got back (broker-behaviour.md, "Copies made
+    # by a failed bridge"), both with one message_id, each read once from each survivor:
+    # - produced to the victim, forwarded by it to a survivor (read there) and again, after the
+    #   restart, to the other survivor; neither copy flagged (a clean-clone run: 20 such ids);
+    # - produced to a survivor, forwarded by it to the victim, whose store kept it: the
+    #   survivor takes it back and reads it out flagged `redelivered`, and the victim forwards
+    #   its stored copy to the other survivor after the restart (a clean-clone run had 48
+    #   duplicated ids of neither other kind; the five its failure listed were of this one).
+    # They count toward the bound of 2 × 300: 120 and 248 duplicated ids in all in those runs.
     def explained(i: int, copies: list[Row]) -> bool:
         if len(copies) != 2:
             return False
         if nodes[victim] in {r.node for r in copies}:  # a planned message, redelivered
             return True
-        produced_to_victim = i < 3000 and i % len(nodes) == victim  # first produce: id i to node i % 3
-        return broker.flavor == "classic" and produced_to_victim
+        if broker.flavor != "classic" or i >= 3000:  # bridges to the victim: the first produce only
+            return False
+        origin = nodes[i % len(nodes)]  # first produce: id i to node i % 3
+        if origin == nodes[victim]:
+            return True
+        on_origin = [r for r in copies if r.node == origin]
+        return len(on_origin) == 1 and on_origin[0].redelivered and len({r.node for r in copies}) == 2
 
     assert len(duplicated) <= 2 * 300, len(duplicated)
     unexplained = {i: c for i, c in duplicated.items() if not explained(i, c)}
     assert not unexplained, (
         f"{len(unexplained)} of {len(duplicated)} duplicated ids are neither read once from the victim "
-        f"({nodes[victim]}) nor, on Classic, produced to it: {sorted(unexplained.items())[:5]}")
+        f"({nodes[victim]}) nor, on Classic, a copy made by a bridge to or from it: {sorted(unexplained.items())[:5]}")
     if broker.flavor == "classic":
         assert same_id == len(duplicated), [c for c in duplicated.values() if len({r.message_id for r in c}) > 1][:5]
     else:

@@ -10,6 +10,7 @@ offset key does not change with whichever member is live.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from clustermq.errors import OptionError
 
@@ -48,8 +49,9 @@ class Node:
     # ssl true when any member uses TLS); empty for a plain node.
     members: tuple[Node, ...] = ()
 
-    @property
+    @cached_property
     def name(self) -> str:
+        """Cached: the read path asks for it several times per message (a node is immutable)."""
         if self.members:
             return f"{GROUP_PREFIX}({','.join(m.name for m in self.members)})"
         base = f"{self.host}:{self.port}"
