@@ -243,6 +243,25 @@ def test_a_job_sets_no_master_when_the_deployment_configured_one(
     assert session.master_is_configured() is configured
 
 
+def test_a_job_on_its_own_local_master_takes_the_local_tuning_the_user_did_not_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clustermq.pipelines import spark_session as session
+
+    for name in ("PYSPARK_GATEWAY_PORT", "SPARK_MASTER", "SPARK_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    assert session.local_tuning() == session.LOCAL_TUNING
+    assert session.LOCAL_TUNING["spark.databricks.delta.snapshotPartitions"] == "2"
+    (tmp_path / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions  64\n")
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.databricks.delta.snapshotPartitions=8 "
+                                              "--conf=spark.ui.showConsoleProgress=true pyspark-shell")
+    assert session.user_conf_keys() == {"spark.sql.shuffle.partitions", "spark.ui.showConsoleProgress",
+                                        "spark.databricks.delta.snapshotPartitions"}
+    assert session.local_tuning() == {}
+
+
 def test_delta_routes_name_every_way_to_get_delta() -> None:
     from clustermq.pipelines.delta_session import DELTA_MAVEN_PACKAGE, ROUTES
 

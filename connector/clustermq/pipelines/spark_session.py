@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 
 #: the master a job started as plain ``python`` uses when none is configured
 LOCAL_MASTER = "local[*]"
-#: Settings that make a job on one small machine fast, for the demo, the benchmark and a user's
-#: local run (``--conf`` under spark-submit, or ``spark-defaults.conf``); never applied by
-#: :func:`job_session` itself. Delta rebuilds a table's state with
+#: Settings that make a job on one small machine fast: the demo, the benchmark, and a job that
+#: chose ``local[*]`` itself (:func:`job_session`, for every key the user did not set). Delta
+#: rebuilds a table's state with
 #: ``snapshotPartitions`` tasks after every commit: its default of 50 made a 1,000-row batch
 #: take ~30 s on 2 cores instead of ~3 s (docs/design.md, "Pipelines: exactly once into
 #: Delta"). Spark's 200 shuffle partitions are sized
@@ -69,6 +69,24 @@ def submit_args() -> list[str]:
     return shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
 
 
+def user_conf_keys() -> set[str]:
+    """The Spark settings the user gave outside the job: ``spark-defaults.conf`` and
+    ``--conf``/``-c`` in ``PYSPARK_SUBMIT_ARGS``."""
+    keys = set(spark_defaults())
+    args = submit_args()
+    for flag, value in zip(args, args[1:]):
+        if flag in ("--conf", "-c") and "=" in value:
+            keys.add(value.split("=", 1)[0])
+    keys.update(arg.removeprefix("--conf=").split("=", 1)[0] for arg in args if arg.startswith("--conf="))
+    return keys
+
+
+def local_tuning() -> dict[str, str]:
+    """:data:`LOCAL_TUNING` without the keys the user set outside the job, which win."""
+    given = user_conf_keys()
+    return {key: value for key, value in LOCAL_TUNING.items() if key not in given}
+
+
 def master_is_configured() -> bool:
     """A master chosen outside the job: spark-submit, ``--master`` in ``PYSPARK_SUBMIT_ARGS``,
     ``spark.master`` in spark-defaults.conf, or ``SPARK_MASTER``."""
@@ -91,9 +109,12 @@ def job_session(
       ``format("clustermq")`` resolves through Spark's auto-registration of the top-level
       ``pyspark_clustermq`` module.
 
-    Shuffle partitions, UI and log level stay Spark's defaults unless the user sets them (see
-    :data:`LOCAL_TUNING` for a small machine). ``configure`` edits the builder last, before the
-    JVM starts (delta-spark's ``configure_spark_with_delta_pip`` is such a function).
+    With a master configured, shuffle partitions, UI and log level stay Spark's defaults unless
+    the user sets them. With ``local[*]`` chosen here the job runs on this one machine, so it
+    also takes :data:`LOCAL_TUNING` for every key the user did not set: Delta's default of 50
+    snapshot partitions cost a plain-python ``queue_to_delta`` 4-5 s per 2,500-message batch
+    on 2 cores, against 1-2 s with 2. ``configure`` edits the builder last, before the JVM
+    starts (delta-spark's ``configure_spark_with_delta_pip`` is such a function).
     """
     builder = SparkSession.builder.appName(app_name)
     if not launched_by_spark_submit():
@@ -103,6 +124,8 @@ def job_session(
             builder = builder.master(os.environ["SPARK_MASTER"])
         elif not master_is_configured():
             builder = builder.master(LOCAL_MASTER)
+            for key, value in local_tuning().items():
+                builder = builder.config(key, value)
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     if configure is not None:
