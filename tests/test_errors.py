@@ -65,6 +65,10 @@ ALLOWED_FOREIGN = {
         "raised inside OpenSSL's key-password callback, which OpenSSL turns into the handshake's "
         "own SSLError; tls_failure() words it, and options/tls_options.py refuses an encrypted key first"
     ),
+    ("read/worker_exit.py", "SystemExit"): (
+        "the source worker's SIGTERM turned into the exit that unwinds through the runner's "
+        "finally (the reader's stop); it is the process ending, never an error to catch"
+    ),
     ("broker/tls_transport.py", "stomp_exception.InterruptedException"): (
         "stomp.py's own signal to its read loop (retry the read), raised where stomp.py's "
         "receive() raises it; it never leaves stomp.py's I/O thread"

@@ -6,9 +6,11 @@ import dataclasses
 import functools
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -376,6 +378,7 @@ class _Link:
     def __init__(self, owner: LinkOwner, generation: int) -> None:
         self.owner, self.generation = owner, generation
         self.acked: list[str | None] = []
+        self.closed_failed: list[str | None] | None = None  # what close() was told had failed
 
     def deliver(self, *message_ids: str) -> None:
         for mid in message_ids:
@@ -388,8 +391,8 @@ class _Link:
     def ack(self, messages: list[BufferedMessage]) -> None:
         self.acked += [m.ack_id for m in messages]
 
-    def close(self) -> None:
-        pass
+    def close(self, failed: Sequence[BufferedMessage] = ()) -> None:
+        self.closed_failed = [m.ack_id for m in failed]
 
 
 class _Links:
@@ -465,6 +468,63 @@ def test_a_second_delivery_of_a_message_is_emitted_flagged_redelivered_in_a_stre
             for _, messages in consumer.take({name: 0}, end)][0]
     assert [(r["message_id"], r["redelivered"]) for r in rows] == [
         ("a", False), ("b", False), ("c", False), ("a", True)]
+
+
+def test_a_stopped_subscription_closes_with_what_spark_was_handed_and_not_acknowledged_as_failed() -> None:
+    """At stop, the link is told which deliveries Spark was handed and no commit acknowledged
+    (AMQP settles them as failed deliveries, so the broker counts them): not the acknowledged
+    ones, not those still buffered and never planned."""
+    consumer, links, name = connected_consumer()
+    consumer.set_start({name: 0})
+    links.last.deliver("a", "b")
+    links.last.lose()  # a and b were not planned: given back
+    consumer.subscriptions[0].connect_once()
+    links.last.deliver("a", "b", "c", "d")
+    first = consumer.latest({name: 0}, 2, None)  # a, b planned and committed
+    consumer.take({name: 0}, first)
+    consumer.acknowledge(first)
+    second = consumer.latest(first, 1, None)  # c planned, not acknowledged; d only buffered
+    consumer.take(first, second)
+    consumer.stop()
+    generation = links.last.generation  # a lost connection's generation is skipped
+    assert links.last.acked == [f"ack-a-{generation}", f"ack-b-{generation}"]
+    assert links.last.closed_failed == [f"ack-c-{generation}"]
+
+
+_RUNNER_STAND_IN = """
+import importlib.machinery, os, signal, sys
+from clustermq.read import worker_exit
+if sys.argv[1] == "runner":
+    sys.modules["__main__"].__spec__ = importlib.machinery.ModuleSpec(worker_exit.SOURCE_RUNNER, None)
+installed = worker_exit.stop_in_order_on_sigterm()
+try:
+    print(installed, flush=True)  # inside the try: the parent signals once it reads this
+    sys.stdin.read()  # as the runner waits for Spark's next request
+finally:
+    os.kill(os.getpid(), signal.SIGTERM)  # Spark's second SIGTERM, during the stop
+    print("stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("role", ["runner", "other"])
+def test_sigterm_unwinds_the_source_worker_through_its_stop_and_leaves_other_processes_alone(role: str) -> None:
+    """Spark ends a stream's Python worker with SIGTERM (twice); in that worker the reader makes
+    it unwind through the runner's ``finally`` (the reader's stop, which closes its connections
+    in order) and ignores the second; any other process keeps Python's default, which ends it
+    at once."""
+    proc = subprocess.Popen([sys.executable, "-c", _RUNNER_STAND_IN, role], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        installed = proc.stdout.readline().strip()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    if role == "runner":
+        assert (installed, out, proc.returncode) == ("True", "stopped\n", 128 + signal.SIGTERM), err
+    else:
+        assert (installed, out, proc.returncode) == ("False", "", -signal.SIGTERM), err
 
 
 def test_a_batch_holds_at_most_one_unflagged_row_per_message_id() -> None:

@@ -9,8 +9,11 @@ Proton's reactor is single-threaded: each connection runs its own ``Container`` 
 its own, which only hands deliveries to the subscription. Acknowledgements come from the
 caller's thread (Spark's commit) as an injected event; the reactor thread then accepts and
 settles the deliveries and grants as much credit again, so at most ``prefetchPerNode`` messages
-are delivered and unsettled at any time, like STOMP's prefetch. Closing settles nothing: the
-broker takes back every unsettled delivery and redelivers it.
+are delivered and unsettled at any time, like STOMP's prefetch. Closing settles the messages
+handed to Spark and not acknowledged as ``modified`` with ``delivery-failed`` (the broker counts
+the delivery and redelivers the message, as for a JMS consumer that received it and closed
+without acknowledging it) and leaves the rest unsettled: the broker takes them back uncounted,
+like a JMS consumer's prefetch.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from proton import Delivery, Handler
@@ -55,6 +59,7 @@ class AmqpLink(FailingReceiver):
         self._unsettled: dict[str, Delivery] = {}  # reactor thread only
         self._tags = 0
         self._to_settle: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        self._to_fail: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._injector = EventInjector()
         # the injector's pipe is closed with it and its descriptors may be reused at once:
         # nothing may be triggered after _shut (a lock, as callers are other threads)
@@ -86,10 +91,12 @@ class AmqpLink(FailingReceiver):
         if not self._trigger("clustermq_settle"):
             raise LinkLost("the AMQP connection is closed")
 
-    def close(self, wait: bool = True) -> None:
-        """Close without settling (the broker redelivers what is unsettled), waiting (bounded)
-        until the connection is closed, as a STOMP DISCONNECT waits for its receipt: a process
-        that exits right after would otherwise drop the last settlements unsent."""
+    def close(self, failed: Sequence[BufferedMessage] = (), wait: bool = True) -> None:
+        """Close without accepting anything (the broker redelivers what is unsettled), ``failed``
+        settled as failed deliveries, waiting (bounded) until the connection is closed, as a
+        STOMP DISCONNECT waits for its receipt: a process that exits right after would
+        otherwise drop the last settlements unsent."""
+        self._to_fail.put([m.ack_id for m in failed if m.ack_id])
         self._closing = True
         self._trigger("clustermq_close")
         if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -175,6 +182,14 @@ class AmqpLink(FailingReceiver):
         with the client's TCP path gone right after, left the last batch's 30 settled messages
         queued, delivery count 0)."""
         self._closing = True
+        while not self._to_fail.empty():
+            for tag in self._to_fail.get():
+                delivery = self._unsettled.pop(tag, None)
+                self._link_of.pop(tag, None)
+                if delivery is not None:
+                    delivery.local.failed = True
+                    delivery.update(Delivery.MODIFIED)
+                    delivery.settle()
         open_ = [r for _, r in self._receivers.values() if r.state & r.LOCAL_ACTIVE]
         if open_ and self.ready.is_set():
             for receiver in open_:

@@ -9,7 +9,7 @@ to acknowledge, the same for both. Wire details (frames, group slots, settlement
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from clustermq.broker.dialect import BrokerDialect
@@ -28,8 +28,13 @@ class Link(Protocol):
     def ack(self, messages: list[BufferedMessage]) -> None:
         """Acknowledge ``messages`` (all delivered on this link); raises when it cannot."""
 
-    def close(self) -> None:
-        """Close without acknowledging: the broker takes back what is unacknowledged."""
+    def close(self, failed: Sequence[BufferedMessage] = ()) -> None:
+        """Close without acknowledging: the broker takes back what is unacknowledged.
+
+        ``failed`` were handed to Spark and not acknowledged (the batch of a failed or stopped
+        run): where the protocol has an outcome for a delivery that failed, the link settles
+        them with it, so that the broker counts the delivery, as it does for a JMS consumer
+        that closes with messages it received and did not acknowledge."""
 
 
 class LinkOwner(Protocol):

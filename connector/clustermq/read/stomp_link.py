@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from clustermq.broker.connection_options import TopicSubscription
@@ -100,8 +101,12 @@ class StompLink:
         for message in last_per_slot(messages) if self.ack_mode == "client" else messages:
             self.session.conn.ack(message.ack_id)
 
-    def close(self) -> None:
-        """Close without acknowledging: unacknowledged messages go back to the broker."""
+    def close(self, failed: Sequence[BufferedMessage] = ()) -> None:
+        """Close without acknowledging: unacknowledged messages go back to the broker.
+
+        STOMP has no outcome for a failed delivery (a NACK is a poison acknowledgement that
+        Classic dead-letters at once), so ``failed`` go back like the rest; what each broker
+        counts of them is in docs/broker-behaviour.md."""
         self.session.close()
 
 

@@ -32,6 +32,7 @@ from clustermq.read.consumer import ClusterConsumer
 from clustermq.read.lag import BacklogMonitor, NodeLag, lag_report
 from clustermq.read.offsets import NodeOffsets, make_offsets, parse_offsets
 from clustermq.read.partitions import MessagesPartition, plan_partitions, read_partition
+from clustermq.read.worker_exit import stop_in_order_on_sigterm
 
 log = logging.getLogger("clustermq.stream")
 
@@ -79,6 +80,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     @property
     def consumer(self) -> ClusterConsumer:
         if self._consumer is None:
+            stop_in_order_on_sigterm()  # Spark ends this worker with SIGTERM: close in order
             consumer = ClusterConsumer(self.options)
             consumer.start()
             consumer.watch_stalls(self._depth_probe())

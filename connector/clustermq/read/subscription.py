@@ -236,13 +236,18 @@ class NodeSubscription:
         return len(given_back)
 
     def stop(self) -> None:
+        """Close the connection; what was handed to Spark and not acknowledged is closed as a
+        failed delivery where the transport can say so (Link.close)."""
         self._stopping.set()
         self._wake.set()
         with self._lock:
             conn, self._conn = self._conn, None
             self._connected = False
+            handed = [m for m in self._messages
+                      if self.reserved_end is not None and m.seq < self.reserved_end
+                      and m.generation == self._generation]
         if conn is not None:
-            conn.close()
+            conn.close(handed)
 
     @property
     def connected(self) -> bool:
