@@ -4,13 +4,13 @@ A Python streaming source lives in a worker process of its own
 (``pyspark.sql.streaming.python_streaming_source_runner``). When its query stops or fails, Spark
 does not ask the worker to stop: it destroys the process (``Process.destroy``, SIGTERM; twice,
 once for the worker and once for its factory). Python's default SIGTERM action ends the process
-at once, so the reader's ``stop()`` never ran and every broker connection ended as a failed
-connection rather than with a DISCONNECT. Measured on Artemis 2.40, where that matters: every
-failing run's connection ended with the broker's "Connection failure has been detected"; the
-two cleanups a failed STOMP connection gets then race, and the message at the head of a
-consumer's deliveries can stay counted on its node and delivered to no one
-(docs/broker-behaviour.md, "A message stranded after a killed driver"; seen in a run of the
-suite as a replayed batch one message short).
+at once: the reader's ``stop()`` would never run, and every broker connection would end as a
+failed connection rather than with a DISCONNECT. On Artemis 2.40 that matters (measured: every
+failing run's connection logged "Connection failure has been detected"): the two cleanups a
+failed STOMP connection gets race, counting every held message as a delivery in some runs, and
+can leave the head of a consumer's deliveries counted on its node and delivered to no one
+(docs/broker-behaviour.md, "A message stranded after a killed driver"; a failing query's replay
+then came one message short).
 
 The runner calls the reader's ``stop()`` in a ``finally`` around its request loop. Raising
 ``SystemExit`` from the SIGTERM handler unwinds the main thread out of whatever it waits on
