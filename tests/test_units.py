@@ -501,16 +501,16 @@ try:
     print(installed, flush=True)  # inside the try: the parent signals once it reads this
     sys.stdin.read()  # as the runner waits for Spark's next request
 finally:
-    os.kill(os.getpid(), signal.SIGTERM)  # Spark's second SIGTERM, during the stop
+    os.kill(os.getpid(), signal.SIGTERM)  # a later SIGTERM, during the stop
     print("stopped", flush=True)
 """
 
 
 @pytest.mark.parametrize("role", ["runner", "other"])
 def test_sigterm_unwinds_the_source_worker_through_its_stop_and_leaves_other_processes_alone(role: str) -> None:
-    """Spark ends a stream's Python worker with SIGTERM (twice); in that worker the reader makes
-    it unwind through the runner's ``finally`` (the reader's stop, which closes its connections
-    in order) and ignores the second; any other process keeps Python's default, which ends it
+    """Spark ends a stream's Python worker with SIGTERM (and may again as its worker factory
+    stops); in that worker the reader makes it unwind through the runner's ``finally`` (the
+    reader's stop, which closes its connections in order) and ignores a later one; any other process keeps Python's default, which ends it
     at once."""
     proc = subprocess.Popen([sys.executable, "-c", _RUNNER_STAND_IN, role], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -2,8 +2,8 @@
 
 A Python streaming source lives in a worker process of its own
 (``pyspark.sql.streaming.python_streaming_source_runner``). When its query stops or fails, Spark
-does not ask the worker to stop: it destroys the process (``Process.destroy``, SIGTERM; twice,
-once for the worker and once for its factory). Python's default SIGTERM action ends the process
+does not ask the worker to stop: it destroys the process (``Process.destroy``: SIGTERM, and the
+worker's factory may destroy it again as it stops). Python's default SIGTERM action ends the process
 at once: the reader's ``stop()`` would never run, and every broker connection would end as a
 failed connection rather than with a DISCONNECT. On Artemis 2.40 that matters (measured: every
 failing run's connection logged "Connection failure has been detected"): the two cleanups a
