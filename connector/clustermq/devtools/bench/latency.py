@@ -38,6 +38,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from clustermq.devtools.bench.probes import MachineLoad
 from clustermq.devtools.bench.scenarios import Bench, end_seconds, read_raw
 from clustermq.devtools.loadgen import LoadSpec, produce
 from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
@@ -200,10 +201,11 @@ def run_one(b: Bench, kind: str, rate: float, seconds: float) -> dict[str, Any]:
         count = max(1, int(rate * seconds))
         # after the warm-up committed, so every warm-up message is in an earlier bucket (since())
         sent_from = time.time() * 1000
-        produce(b.connection(queue), LoadSpec(count=count, size=b.body_size, rate=rate,
-                                              first_id=warm, transaction_size=200))
-        sent_to = time.time() * 1000
-        _wait_committed(committed, warm + count, CATCH_UP_S + seconds, "the timed messages", query)
+        with MachineLoad() as machine, b.cpu() as cpu:
+            produce(b.connection(queue), LoadSpec(count=count, size=b.body_size, rate=rate,
+                                                  first_id=warm, transaction_size=200))
+            sent_to = time.time() * 1000
+            _wait_committed(committed, warm + count, CATCH_UP_S + seconds, "the timed messages", query)
     finally:
         query.stop()
     stopped = time.time() * 1000
@@ -222,7 +224,8 @@ def run_one(b: Bench, kind: str, rate: float, seconds: float) -> dict[str, Any]:
             "sent_msgs_per_s": round(count / ((sent_to - sent_from) / 1000), 1), "messages": count,
             "send_seconds": round((sent_to - sent_from) / 1000, 1), **summary(lat, sent_from, sent_to),
             "batches": len(durations), "batch_ms_p50": statistics.median(durations) if durations else None,
-            "batch_ms_max": durations[-1] if durations else None}
+            "batch_ms_max": durations[-1] if durations else None,
+            "machine_busy_share": machine.busy_share, **cpu.per_message(count)}
 
 
 def raw_read_rate(b: Bench, count: int) -> float:
@@ -243,7 +246,7 @@ def latency(b: Bench, raw_rate: float, seconds: float, flavor: str) -> list[dict
                        low_rate=share == min(RATE_SHARES), goal_p99_ms=GOALS_MS[kind])
             b.say(f"    p50 {row['p50_ms']} ms, p95 {row['p95_ms']} ms, p99 {row['p99_ms']} ms "
                   f"(first {row['p99_first_ms']}, last {row['p99_last_ms']}); sent "
-                  f"{row['sent_msgs_per_s']:,.0f} msg/s")
+                  f"{row['sent_msgs_per_s']:,.0f} msg/s; cores busy {row['machine_busy_share']}")
             rows.append(row)
     return rows
 
@@ -261,10 +264,15 @@ def markdown_section(rows: list[dict[str, Any]] | None) -> list[str]:
              "is a query falling behind; ≥: the query fell so far behind that it was stopped with messages "
              "not committed, counted with the least latency they can have had. Goal at the low rate: "
              "p99 within the goal, no growth. *Batches*: the duration of the batches that held "
-             "timed messages, median and max.", "",
+             "timed messages, median and max. *Cores busy*: the share of the machine's cores in use "
+             "from the first timed send to the last commit, by every process (brokers and producer "
+             "included); near 1 the machine, not the query, set the pace. *CPU µs/msg*: the "
+             "reader's process, the Spark JVM, and the bench's own process, where the paced "
+             "producer runs (the brokers' CPU is not counted).", "",
              "| flavor | query | offered msg/s (share of raw) | sent msg/s | p50 ms | p95 ms | p99 ms "
-             "| p99 first / last window (s) | goal p99 ms | batches: ms p50 / max |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+             "| p99 first / last window (s) | goal p99 ms | batches: ms p50 / max "
+             "| cores busy | CPU µs/msg: reader, JVM, producer |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         at_least = "≥ " if r.get("uncommitted_at_stop") else ""
         lines.append(
@@ -273,5 +281,11 @@ def markdown_section(rows: list[dict[str, Any]] | None) -> list[str]:
             f"{at_least}{r['p99_ms']:,.0f} | {r['p99_first_ms']:,.0f} / {at_least}{r['p99_last_ms']:,.0f} "
             f"({r['window_s']}) | "
             f"{r['goal_p99_ms']:,}{'' if r['low_rate'] else ' (low rate only)'} | "
-            f"{r.get('batch_ms_p50') or 0:,} / {r.get('batch_ms_max') or 0:,} |")
+            f"{r.get('batch_ms_p50') or 0:,} / {r.get('batch_ms_max') or 0:,} | "
+            f"{r.get('machine_busy_share', '-')} | {_cpu_cell(r)} |")
     return lines
+
+
+def _cpu_cell(row: dict[str, Any]) -> str:
+    cpu = row.get("cpu_us_per_msg") or {}
+    return ", ".join(str(cpu.get(k, "-")) for k in ("reader", "jvm", "driver"))
