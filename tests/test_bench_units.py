@@ -82,7 +82,7 @@ LATENCY_ROWS = [
     {"flavor": "classic", "query": q, "offered_msgs_per_s": rate, "rate_share": share, "sent_msgs_per_s": rate,
      "p50_ms": 700.0, "p95_ms": 1200.0, "p99_ms": p99, "p99_first_ms": p99, "p99_last_ms": p99,
      "window_s": 20.0, "batch_ms_p50": 900, "batch_ms_max": 1400, "goal_p99_ms": latency.GOALS_MS[q], "low_rate": share == 0.25, "messages": 1,
-     "machine_busy_share": 0.62, "cpu_us_per_msg": {"driver": 14.0, "jvm": 20.5, "reader": 37.0, "workers": 6.0}}
+     "machine_busy_share": 0.62, "cpu_us_per_msg": {"driver": 14.0, "jvm": 20.5, "reader": 37.0, "workers": 6.0, "brokers": 88.0}}
     for share, rate in ((0.25, 6000.0), (0.5, 12000.0))
     for q, p99 in (("reader", 1500.0), ("queue_to_delta", 3100.0))
 ]
@@ -91,7 +91,7 @@ LATENCY_ROWS = [
 def test_the_latency_rows_become_a_table_a_plot_and_a_headline_part(tmp_path: Path) -> None:
     lines = latency.markdown_section(LATENCY_ROWS)
     reader = next(line for line in lines if line.startswith("| classic | reader | 6,000 (25%)"))
-    assert "| 700 | 1,200 | 1,500 | 1,500 / 1,500 (20.0) | 2,500 | 900 / 1,400 | 0.62 | 37.0, 20.5, 14.0 |" in reader
+    assert "| 700 | 1,200 | 1,500 | 1,500 / 1,500 (20.0) | 2,500 | 900 / 1,400 | 0.62 | 37.0, 20.5, 14.0, 88.0 |" in reader
     assert latency.markdown_section(None) == []
     results = {"environment": {"date": "2026-01-01", "machine": "m", "scale": 1.0, "messages": 1,
                                "flavors": ["classic"]},

@@ -246,7 +246,8 @@ def latency(b: Bench, raw_rate: float, seconds: float, flavor: str) -> list[dict
                        low_rate=share == min(RATE_SHARES), goal_p99_ms=GOALS_MS[kind])
             b.say(f"    p50 {row['p50_ms']} ms, p95 {row['p95_ms']} ms, p99 {row['p99_ms']} ms "
                   f"(first {row['p99_first_ms']}, last {row['p99_last_ms']}); sent "
-                  f"{row['sent_msgs_per_s']:,.0f} msg/s; cores busy {row['machine_busy_share']}")
+                  f"{row['sent_msgs_per_s']:,.0f} msg/s; cores busy {row['machine_busy_share']}; "
+                  f"CPU µs/msg {row.get('cpu_us_per_msg')}")
             rows.append(row)
     return rows
 
@@ -267,11 +268,11 @@ def markdown_section(rows: list[dict[str, Any]] | None) -> list[str]:
              "timed messages, median and max. *Cores busy*: the share of the machine's cores in use "
              "from the first timed send to the last commit, by every process (brokers and producer "
              "included); near 1 the machine, not the query, set the pace. *CPU µs/msg*: the "
-             "reader's process, the Spark JVM, and the bench's own process, where the paced "
-             "producer runs (the brokers' CPU is not counted).", "",
+             "reader's process, the Spark JVM, the bench's own process, where the paced "
+             "producer runs, and the three brokers together.", "",
              "| flavor | query | offered msg/s (share of raw) | sent msg/s | p50 ms | p95 ms | p99 ms "
              "| p99 first / last window (s) | goal p99 ms | batches: ms p50 / max "
-             "| cores busy | CPU µs/msg: reader, JVM, producer |",
+             "| cores busy | CPU µs/msg: reader, JVM, producer, brokers |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         at_least = "≥ " if r.get("uncommitted_at_stop") else ""
@@ -288,4 +289,4 @@ def markdown_section(rows: list[dict[str, Any]] | None) -> list[str]:
 
 def _cpu_cell(row: dict[str, Any]) -> str:
     cpu = row.get("cpu_us_per_msg") or {}
-    return ", ".join(str(cpu.get(k, "-")) for k in ("reader", "jvm", "driver"))
+    return ", ".join(str(cpu.get(k, "-")) for k in ("reader", "jvm", "driver", "brokers"))

@@ -164,13 +164,17 @@ def _kind(pid: int) -> str:
 
 class CpuMeter(_Sampler):
     """CPU seconds spent during the ``with`` by: this process (the bench's driver, where the raw
-    clients, the load generator and the writer's move run), the Spark JVM, the reader process and
-    the Python workers. Processes under the JVM are sampled every ``interval_s``; one that ends
-    between two samples loses at most that interval of its CPU."""
+    clients, the load generator and the writer's move run), the Spark JVM, the reader process,
+    the Python workers and the brokers (``broker_pids``: the local cluster's node processes, so a
+    run on a saturated machine shows how much of it the brokers took). Processes are sampled
+    every ``interval_s``; one that ends between two samples loses at most that interval of its
+    CPU."""
 
-    def __init__(self, jvm_pid: int | None, interval_s: float = 0.5) -> None:
+    def __init__(self, jvm_pid: int | None, interval_s: float = 0.5,
+                 broker_pids: tuple[int, ...] = ()) -> None:
         super().__init__(interval_s, "bench-cpu")
         self.jvm_pid = jvm_pid
+        self.broker_pids = broker_pids
         self._first: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._kinds: dict[int, str] = {}
@@ -186,8 +190,11 @@ class CpuMeter(_Sampler):
         super().__exit__(*exc)
         self._scan(baseline=False)
         spent = {"driver": time.process_time() - self._self0, "jvm": 0.0, "reader": 0.0, "workers": 0.0}
+        if self.broker_pids:
+            spent["brokers"] = 0.0
         for pid, last in self._last.items():
-            kind = "jvm" if pid == self.jvm_pid else self._kinds.get(pid, "other")
+            kind = ("jvm" if pid == self.jvm_pid else "brokers" if pid in self.broker_pids
+                    else self._kinds.get(pid, "other"))
             if kind in spent:
                 spent[kind] += max(0.0, last - self._first.get(pid, 0.0))
         self.seconds = {k: round(v, 2) for k, v in spent.items()}
@@ -196,9 +203,10 @@ class CpuMeter(_Sampler):
         self._scan(baseline=False)
 
     def _scan(self, baseline: bool) -> None:
-        if self.jvm_pid is None:
-            return
-        for pid in [self.jvm_pid, *_descendants(self.jvm_pid)]:
+        pids = [*self.broker_pids]
+        if self.jvm_pid is not None:
+            pids += [self.jvm_pid, *_descendants(self.jvm_pid)]
+        for pid in pids:
             cpu = _cpu_s(pid)
             if cpu is None:
                 continue

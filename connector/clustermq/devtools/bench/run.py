@@ -205,7 +205,8 @@ def run(
                 cl.up(nodes=3, flavor=flavor, progress=_say)
             try:
                 username, password = cl.credentials
-                b = Bench(list(cl.nodes()), username, password, spark, work, _say, jvm_pid=jvm_pid)
+                b = Bench(list(cl.nodes()), username, password, spark, work, _say, jvm_pid=jvm_pid,
+                          broker_pids=tuple(n.pid for n in cl.state().nodes if n.pid is not None))
                 results["environment"].update(nodes=len(b.nodes), body_size=b.body_size, groups=b.groups)
                 _say(f"[{flavor}] comparisons (elapsed {time.monotonic() - started:.0f} s)")
                 if any(p.kind == "write" for p in pairs):

@@ -69,9 +69,11 @@ class Bench:
     groups: int = 1000
     #: the Spark JVM's pid: CPU meters look for the reader process and the workers under it
     jvm_pid: int | None = None
+    #: the brokers' processes (the local cluster's), metered beside the connector's
+    broker_pids: tuple[int, ...] = ()
 
     def cpu(self) -> CpuMeter:
-        return CpuMeter(self.jvm_pid)
+        return CpuMeter(self.jvm_pid, broker_pids=self.broker_pids)
 
     def connection(self, queue: str, nodes: list[Node] | None = None) -> ConnectionOptions:
         return parse_connection_options(self.reader_options(queue, nodes))
