@@ -276,8 +276,10 @@ def test_replay_of_a_committed_batch_with_other_messages_keeps_every_message_onc
     """The sink's own contract, with batches built by hand (no broker: exact control of replays).
 
     A replayed batch can hold other messages than the lost attempt (the brokers redeliver what
-    they still have; a network of brokers moves messages between nodes). Delta skips the
-    replay's append (txnVersion); the sink must append the messages that are not in the table.
+    they still have; a network of brokers moves messages between nodes). A run's first batch
+    carries Delta's transaction id, so Delta skips a replay of it (txnVersion) and the sink must
+    append the messages that are not in the table. A later batch is a blind append, so its
+    replay is not skipped: the strict first batch's anti-join keeps what the table holds out.
     """
     from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
@@ -289,13 +291,19 @@ def test_replay_of_a_committed_batch_with_other_messages_keeps_every_message_onc
         return writer
 
     first = run()
-    first(reader_rows(dspark, list(range(0, 100)), False), 0)
-    first(reader_rows(dspark, list(range(100, 200)), False), 1)  # then the driver "dies"
+    first(reader_rows(dspark, list(range(0, 100)), False), 0)  # then the driver "dies"
 
-    second = run()  # replay of batch 1: 80 messages of the lost attempt and 20 others
-    second(reader_rows(dspark, list(range(120, 220)), True), 1)
+    second = run()  # replay of batch 0: 80 messages of the lost attempt and 20 others
+    second(reader_rows(dspark, list(range(20, 120)), True), 0)
     replay = second.totals.reports[0]
     assert (replay.already_in_table, replay.written, replay.replay_rows_appended) == (80, 20, 20)
+    second(reader_rows(dspark, list(range(120, 200)), False), 1)  # blind; then it "dies"
+    assert second.totals.reports[1].direct
+
+    second = run()  # replay of batch 1: 60 messages of the lost attempt and 20 others
+    second(reader_rows(dspark, list(range(140, 220)), True), 1)
+    replay = second.totals.reports[0]
+    assert (replay.already_in_table, replay.written, replay.replay_rows_appended) == (60, 20, 0)
 
     # a normal batch: a redelivered duplicate, a duplicate within the batch, new messages
     batch = reader_rows(dspark, [150], True).unionByName(
@@ -305,12 +313,20 @@ def test_replay_of_a_committed_batch_with_other_messages_keeps_every_message_onc
     assert (normal.rows_in, normal.duplicates_in_batch, normal.already_in_table, normal.written) \
         == (4, 1, 1, 2)
 
+    # the query restarted with the same sink: a batch id it handled is a replay, checked on the table
+    first_deliveries = reader_rows(dspark, [222, 223], False)
+    second(first_deliveries, 3)
+    second(first_deliveries, 3)
+    again = second.totals.reports[-1]
+    assert (second.totals.reports[-2].direct, again.direct) == (True, False)
+    assert (again.already_in_table, again.written) == (2, 0)
+
     third = run()  # replay of batch 2 with the same content: nothing new
     third(batch, 2)
     assert third.totals.reports[0].written == 0
 
     rows = dspark.read.format("delta").load(path)
-    assert sorted(loadgen_ids(rows)) == list(range(222))
+    assert sorted(loadgen_ids(rows)) == list(range(224))
     assert rows.columns == ["node", "destination", "message_id", "group_id", "sequence",
                             "redelivered", "priority", "timestamp", "headers", "body",
                             "ingest_time", "batch_id"]
@@ -360,18 +376,19 @@ def test_a_key_with_any_redelivered_copy_in_a_batch_is_checked_against_the_table
 def test_later_batches_write_first_deliveries_whole_and_copies_once(
     dspark: SparkSession, tmp_path: Path
 ) -> None:
-    """After a run's first (strict) batch: a batch of first deliveries, each once and none
-    flagged, is appended whole in one job (the direct append); a message and its copy in one
+    """A batch of first deliveries, each once and none flagged, is appended whole in one job (the
+    direct append), also a run's first batch into a table with no commit yet; a message and its copy in one
     batch (the reader flags the copy: read/copies.py) are written once, the flagged row sending
     the batch to the checked path before anything is committed; two flagged copies of a message
-    already in the table are checked against it and skipped; an empty batch writes nothing. Each
-    report counts exactly what happened, and each batch is one table version."""
+    already in the table are checked against it and skipped; an empty batch writes nothing, not
+    even a table version. Each report counts exactly what happened, and each batch with rows is
+    one table version."""
     from clustermq.pipelines.delta_sink import IdempotentDeltaWriter
 
     path = str(tmp_path / "table")
     writer = IdempotentDeltaWriter(path)
     writer.set_app_id("app-plain")
-    writer(reader_rows(dspark, list(range(5)), False), 0)  # strict: the run's first batch
+    writer(reader_rows(dspark, list(range(5)), False), 0)  # strict, into a table with no commit
     writer(reader_rows(dspark, list(range(5, 15)), False), 1)
     writer(reader_rows(dspark, [15, 16], False).unionByName(reader_rows(dspark, [16], True)), 2)
     writer(reader_rows(dspark, [17], False).unionByName(reader_rows(dspark, [3, 3], True)), 3)
@@ -379,13 +396,13 @@ def test_later_batches_write_first_deliveries_whole_and_copies_once(
     reports = [(r.rows_in, r.duplicates_in_batch, r.already_in_table, r.written)
                for r in writer.totals.reports]
     assert reports == [(5, 0, 0, 5), (10, 0, 0, 10), (3, 1, 0, 2), (3, 1, 1, 1), (0, 0, 0, 0)], reports
-    assert [r.direct for r in writer.totals.reports] == [False, True, False, False, True]
+    assert [r.direct for r in writer.totals.reports] == [True, True, False, False, True]
     table = dspark.read.format("delta").load(path)
     assert sorted(loadgen_ids(table)) == list(range(18))
     assert {r["batch_id"]: r["count"] for r in table.groupBy("batch_id").count().collect()} == {
         0: 5, 1: 10, 2: 2, 3: 1}
     versions = dspark.sql(f"DESCRIBE HISTORY delta.`{path}`").count()
-    assert versions == 5, f"{versions} table versions for 5 batches"
+    assert versions == 4, f"{versions} table versions for 4 batches with rows and an empty one"
 
 
 def test_an_append_writes_few_files_whatever_the_shuffle_partitions(
@@ -406,9 +423,12 @@ def test_an_append_writes_few_files_whatever_the_shuffle_partitions(
     path = tmp_path / "table"
     writer = IdempotentDeltaWriter(str(path))
     writer.set_app_id("app-files")
-    for batch_id in range(2):  # the first batch (strict, cached) and a later one (appended directly)
-        writer(reader_rows(session, list(range(batch_id * 1000, (batch_id + 1) * 1000)), False),
-               batch_id)
+    for batch_id in range(2):  # the first batch (a flagged copy: cached) and a later one (direct)
+        batch = reader_rows(session, list(range(batch_id * 1000, (batch_id + 1) * 1000)), False)
+        if batch_id == 0:
+            batch = batch.unionByName(reader_rows(session, [0], True))
+        writer(batch, batch_id)
+    assert [r.direct for r in writer.totals.reports] == [False, True]
     added = [sum(1 for line in commit.read_text().splitlines() if "add" in json.loads(line))
              for commit in sorted((path / "_delta_log").glob("*.json"))]
     print(f"\nfiles added per append with 200 shuffle partitions: {added}")

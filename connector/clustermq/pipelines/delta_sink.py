@@ -2,10 +2,6 @@
 
 Two mechanisms, because each covers what the other cannot:
 
-* **Idempotent batch commits.** Every batch is appended with Delta's ``txnAppId`` (the
-  streaming query id, kept in the checkpoint) and ``txnVersion`` (the batch id). When a driver
-  dies after Delta committed batch N but before Spark's commit log has N, the restarted query
-  replays N and Delta skips the second append.
 * **De-duplication by ``message_id``.** The reader is at-least-once: a message can come again,
   flagged ``redelivered``, in a *later* batch (a connection was lost before its ACK), and a
   replayed batch is re-read from the brokers, so it may hold different messages than the lost
@@ -13,24 +9,29 @@ Two mechanisms, because each covers what the other cannot:
   key, the first copy kept), and keys with a copy flagged ``redelivered`` are anti-joined
   against the ``message_id`` column of the table. Messages delivered for the first time
   (``redelivered = false``) cannot be in the table yet, so a normal batch costs no table scan.
+* **A strict first batch.** The first batch of every run may be a replay of a batch the crashed
+  run committed to Delta but not to Spark's commit log, so *every* row of it is anti-joined
+  against the table. It is appended with Delta's ``txnAppId`` (the streaming query id, kept in
+  the checkpoint) and ``txnVersion`` (the batch id), and the writer then checks that its rows
+  arrived (unless that append created the table, which then cannot have skipped it). If
+  Delta skipped the append (the crashed run committed it with its transaction id) while the
+  replay brought messages that are not in the table (a competing consumer took some of the
+  original ones in between), those messages are appended without ``txnVersion``; they are
+  acknowledged after this function returns, so skipping them would lose them. That append is
+  itself idempotent: a crash right after it leads to the same replay, whose anti-join finds them.
 
-A later batch with no row flagged ``redelivered`` holds each message once and none the table
-can hold (the reader flags every repeat: read/copies.py), so it is appended whole in one Spark
-job, as Delta's own sink does (:mod:`clustermq.pipelines.direct_append`); a flagged row stops
-that job before Delta commits, and the batch takes the checked path. The checked path is two
-Spark jobs of its own: one reads the batch into a cache, grouped by key, and counts what the
-report needs (rows, keys, keys with a redelivered copy, unparsable bodies) in the same pass; the
-other is the Delta append from that cache. A batch with redelivered keys (or a strict one) adds
-the anti-join and a second cached, counted set.
-
-The first batch of every run may be a replay, so it gets the strict treatment: *every* row is
-anti-joined against the table, and after the ``txnVersion`` append the writer checks that its
-rows arrived (unless that append created the table, which then cannot have skipped it). If
-Delta skipped the append (batch N was committed by the crashed run) while the
-replay brought messages that are not in the table (a competing consumer took some of the
-original ones in between), those messages are appended without ``txnVersion``; they are
-acknowledged after this function returns, so skipping them would lose them. That append is
-itself idempotent: a crash right after it leads to the same replay, whose anti-join finds them.
+A later batch of the run with no row flagged ``redelivered`` holds each message once and none
+the table can hold (the reader flags every repeat: read/copies.py), so it is appended whole in
+one Spark job (:mod:`clustermq.pipelines.direct_append`), and without a transaction id: only a
+batch of an earlier run can be in Delta's log, and the replay of one is the next run's strict
+first batch. That spares Delta the transaction lookup, which rebuilds the table's state in three
+Spark jobs on every commit. A flagged row stops that job before Delta commits, and the batch
+takes the checked path. The checked path is two Spark jobs of its own: one reads the batch into
+a cache, grouped by key, and counts what the report needs (rows, keys, keys with a redelivered
+copy, unparsable bodies) in the same pass; the other is the Delta append from that cache. A
+batch with redelivered keys (or a strict one) adds the anti-join and a second cached, counted
+set. A new pipeline's first batch, into a table with no commit yet, is strict with nothing to
+check against, so it too is appended whole when no row is flagged.
 
 Several queries may write one table (competing consumers of one queue, each with its own driver
 and checkpoint): their ``txnAppId`` differ, so each keeps its own batch versions, and a batch
@@ -266,7 +267,10 @@ class IdempotentDeltaWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = self._wait_app_id()
         spark = batch.sparkSession
-        strict = self._first or self.dedupe == "all"
+        # A batch id this run already handled is a replay (the query was restarted with this
+        # sink): Delta's log may hold it without its transaction id (a blind direct append).
+        replay = self._last_batch is not None and batch_id <= self._last_batch
+        strict = self._first or self.dedupe == "all" or replay
         if self._first:
             # The stream's own session (Spark clones the user's for every query, and hands every
             # batch of a run the same clone): let adaptive execution size the cached batch's
@@ -275,8 +279,10 @@ class IdempotentDeltaWriter:
         self._first = False
         optional = tuple(c for c in OPTIONAL_READER_COLUMNS if c in batch.columns)
         self.columns = TABLE_COLUMNS + optional + (self.parse.columns() if self.parse else ())
-        direct = self._direct(batch, batch_id, app_id, strict)
+        # Marked handled before anything is written: an append that committed and then failed
+        # makes its batch a replay for this sink too.
         previous, self._last_batch = self._last_batch, batch_id
+        direct = self._direct(batch, batch_id, app_id, strict, spark)
         if isinstance(direct, DirectCounts):
             self._finish(BatchReport(batch_id=batch_id, rows_in=direct.rows, duplicates_in_batch=0,
                                      already_in_table=0, written=direct.rows, corrupt=direct.corrupt,
@@ -328,17 +334,29 @@ class IdempotentDeltaWriter:
             park_queue=self.park.queue if self.park is not None else None,
         ))
 
-    def _direct(self, batch: DataFrame, batch_id: int, app_id: str, strict: bool) -> DirectCounts | Fallback | None:
+    def _direct(
+        self, batch: DataFrame, batch_id: int, app_id: str, strict: bool, spark: SparkSession,
+    ) -> DirectCounts | Fallback | None:
         """The batch appended whole in one job (pipelines/direct_append.py) where the reader's
-        flags say it holds only first deliveries; ``None`` where that cannot be known: a strict
-        batch, rows keyed by an id header (the reader flags by ``message_id``), a park queue (its
-        check reads the table), or a batch id not above this run's last (Delta could skip it).
-        Another writer's commit first sends the batch to the checked path, which retries."""
-        if (strict or self.id_header or self.park is not None or self._last_batch is None
-                or batch_id <= self._last_batch):
+        flags say it holds only first deliveries; ``None`` where that cannot be known: rows keyed
+        by an id header (the reader flags by ``message_id``), a park queue (its check reads the
+        table), or a strict batch into a table that has a commit (a replay may be in it).
+
+        A strict batch into a table with no commit yet (a new pipeline's first) holds nothing
+        the table can hold; it keeps its transaction id, as every strict batch does, so that a
+        replay of it is skipped. A later batch of the run is a blind append: only a batch of an
+        earlier run can be in Delta's log, and the first batch of every run is strict. Another
+        writer's commit first sends the batch to the checked path, which retries."""
+        if self.id_header or self.park is not None or self.dedupe == "all":
             return None
+        txn_app_id: str | None = None
+        if strict:
+            if self._exists or delta_table_exists(spark, self.path):
+                self._exists = True
+                return None
+            txn_app_id = app_id
         try:
-            outcome = append_direct(batch, batch_id, self.columns, self.path, app_id, self.parse)
+            outcome = append_direct(batch, batch_id, self.columns, self.path, txn_app_id, self.parse)
         except Exception as exc:
             condition = concurrent_commit_condition(exc)
             if condition is None:

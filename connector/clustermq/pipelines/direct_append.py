@@ -2,11 +2,12 @@
 
 The reader flags ``redelivered`` on every row whose ``message_id`` it already emitted in the batch,
 and on a message it already received in the run (read/copies.py). So a batch after a run's first
-with no row flagged holds each message once and nothing the table can hold: there is nothing to
-group and nothing to check, and grouping was the shuffle of whole rows that held the checked path
-near 0.8x of Delta's own sink (docs/design.md, "Pipelines: exactly once into Delta").
+(or a run's first, into a table with no commit yet) with no row flagged holds each message once
+and nothing the table can hold: there is nothing to group and nothing to check, and grouping was
+the shuffle of whole rows that held the checked path near 0.8x of Delta's own sink
+(docs/design.md, "Pipelines: exactly once into Delta").
 
-The batch is appended as it comes, with ``txnAppId``/``txnVersion``. Its counts come from
+The batch is appended as it comes, a later batch without a transaction id. Its counts come from
 ``DataFrame.observe`` in the same job, and a filter stops the job with ``raise_error`` at the first
 flagged row, before Delta commits anything; the sink then takes the checked path for that batch.
 """
@@ -42,23 +43,30 @@ class DirectCounts(NamedTuple):
 
 
 def append_direct(
-    batch: DataFrame, batch_id: int, columns: tuple[str, ...], path: str, app_id: str,
+    batch: DataFrame, batch_id: int, columns: tuple[str, ...], path: str, app_id: str | None,
     parse: BodyParse | None,
 ) -> DirectCounts | Fallback:
     """Append ``batch`` whole; its counts, or why it must take the checked path instead
-    (``"flagged"`` or ``"unobserved"``: :data:`Fallback`)."""
+    (``"flagged"`` or ``"unobserved"``: :data:`Fallback`).
+
+    With ``app_id`` the append carries ``txnAppId``/``txnVersion``; without, it is a blind
+    append: Delta then looks up no transaction, and that lookup rebuilds the table's state in
+    three Spark jobs per commit, about two thirds of a second per batch on 2 cores
+    (docs/design.md, "Pipelines: exactly once into Delta")."""
     rows = stamped(batch, batch_id)
     if parse is not None:
         rows = parse.apply(rows)
     rows = rows.where(F.when(F.col("redelivered"), F.raise_error(F.lit(GUARD))).otherwise(F.lit(True)))
-    observation = Observation(f"clustermq-direct-{app_id}-{batch_id}-{time.monotonic_ns()}")
+    observation = Observation(f"clustermq-direct-{app_id or 'blind'}-{batch_id}-{time.monotonic_ns()}")
     counted = [F.count(F.lit(1)).alias("rows")]
     if parse is not None:
         counted.append(F.count(F.col(parse.corrupt_column)).alias("corrupt"))
     observed = rows.observe(observation, *counted)
+    writer = observed.select(*columns).write.format("delta").mode("append")
+    if app_id is not None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
     try:
-        (observed.select(*columns).write.format("delta").mode("append")
-         .option("txnAppId", app_id).option("txnVersion", batch_id).save(path))
+        writer.save(path)
     except Exception as exc:
         if GUARD in str(exc):
             return "flagged"
