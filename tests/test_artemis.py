@@ -137,7 +137,7 @@ def test_cluster_is_configured_as_the_issue_asks(broker: Any) -> None:
     for node in state.nodes:
         etc = cluster.node_dir(node.index) / "etc"
         xml = (etc / "broker.xml").read_text()
-        for fragment in ("<message-load-balancing>ON_DEMAND</message-load-balancing>",
+        for fragment in ("<message-load-balancing>OFF_WITH_REDISTRIBUTION</message-load-balancing>",
                          "<redistribution-delay>1000</redistribution-delay>",
                          "anycastPrefix=/queue/", "<static-connectors>", "<global-max-size>",
                          f"<journal-directory>{cluster.node_dir(node.index)}/data/journal",
@@ -234,7 +234,7 @@ def test_messages_of_a_departed_consumer_are_redistributed(broker: Any) -> None:
         assert len(held) == 1
         for i, (conn, frames) in enumerate(stayers):
             subscribe(conn, frames, queue, f"stay{i}", ack="auto")
-        # While node 0 has a consumer its messages stay there (ON_DEMAND moves new sends only).
+        # While node 0 has a consumer its messages stay there.
         assert dict(broker.depths(queue))[broker.cluster.nodes()[0].name] == count
 
         close(leaving)  # the consumer leaves: its unacknowledged message goes back to the queue

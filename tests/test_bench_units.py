@@ -47,6 +47,20 @@ def test_the_report_carries_the_scaleout_section_and_its_plot(tmp_path: Path) ->
     assert "## Scaling past one driver" in text and "](bench-scaleout.png)" in text
 
 
+def test_the_throughput_cpu_table_counts_the_brokers_and_the_sum() -> None:
+    """A run's CPU per message by process class, the brokers' included, and their sum: what the
+    machine spends per message, which bounds the rate on a busy machine."""
+    results = {"environment": {"date": "2026-01-01", "machine": "m", "scale": 0.3, "messages": 60000},
+               "comparisons": [{"flavor": "classic", "name": "read: queue_to_delta -> Delta table",
+                                "messages": 60000, "seconds": 8.4, "messages_per_s": 7134.0,
+                                "cpu_us_per_msg": {"driver": 2.0, "reader": 37.0, "workers": 7.0,
+                                                   "jvm": 113.0, "brokers": 41.0}}],
+               "scaling": [], "batch_size": [], "notes": []}
+    text = markdown(results, [])
+    assert "| run | driver | reader | workers | JVM | brokers | all |" in text
+    assert "| read: queue_to_delta -> Delta table | 2 | 37 | 7 | 113 | 41 | 200 |" in text, text
+
+
 def test_machine_load_is_a_share_of_all_cores() -> None:
     with MachineLoad() as load:
         sum(i * i for i in range(2_000_000))  # some CPU, so the share is measured over real ticks

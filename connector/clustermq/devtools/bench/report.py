@@ -102,14 +102,18 @@ def comparison_tables(results: dict[str, Any]) -> list[str]:
             "Spark starts for the streaming source (it holds the reader's connections), *workers* "
             "every other Python process under the Spark JVM (the executors' workers, and the "
             "driver-side Python runner of a write's commit, where the move out of staging runs), "
-            "*JVM* the Spark JVM. The brokers' CPU is not counted.",
+            "*JVM* the Spark JVM, *brokers* the local cluster's nodes (busy even for a run that does "
+            "not use them), *all* their sum. On a machine the run keeps busy, its rate cannot pass "
+            "the cores' microseconds a second divided by *all*.",
             "",
-            "| run | driver | reader | workers | JVM |",
-            "| --- | ---: | ---: | ---: | ---: |",
+            "| run | driver | reader | workers | JVM | brokers | all |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for row in rows:
+            cpu = row.get("cpu_us_per_msg") or {}
             lines.append(f"| {row['name']} | {_cpu_text(row, 'driver')} | {_cpu_text(row, 'reader')} | "
-                         f"{_cpu_text(row, 'workers')} | {_cpu_text(row, 'jvm')} |")
+                         f"{_cpu_text(row, 'workers')} | {_cpu_text(row, 'jvm')} | "
+                         f"{_cpu_text(row, 'brokers')} | {_fmt(sum(cpu.values()) if cpu else None)} |")
     return lines
 
 
