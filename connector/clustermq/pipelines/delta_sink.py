@@ -351,8 +351,7 @@ class IdempotentDeltaWriter:
             return None
         txn_app_id: str | None = None
         if strict:
-            if self._exists or delta_table_exists(spark, self.path):
-                self._exists = True
+            if self._table_has_commit(spark):
                 return None
             txn_app_id = app_id
         try:
@@ -367,6 +366,12 @@ class IdempotentDeltaWriter:
         if isinstance(outcome, DirectCounts):
             self._exists = True
         return outcome
+
+    def _table_has_commit(self, spark: SparkSession) -> bool:
+        """Whether the table has a commit, asked of Delta until it has one (then it always will)."""
+        if not self._exists:
+            self._exists = delta_table_exists(spark, self.path)
+        return self._exists
 
     def _finish(self, report: BatchReport) -> None:
         """Count, log and hand on what a batch did, then signal its commit."""
@@ -393,10 +398,8 @@ class IdempotentDeltaWriter:
         """With a park queue: the column that says why the table would refuse a row."""
         if self.park is None:
             return None
-        if not self._exists:
-            self._exists = delta_table_exists(spark, self.path)
         corrupt = self.parse.corrupt_column if self.parse is not None else None
-        return self.park.reason(spark, self.path, self._exists, self.columns, corrupt)
+        return self.park.reason(spark, self.path, self._table_has_commit(spark), self.columns, corrupt)
 
     def _publish_refused(self, unique: DataFrame, parked: int) -> DataFrame:
         """Publish the ``parked`` rows the table would refuse to the park queue, before the
@@ -418,15 +421,13 @@ class IdempotentDeltaWriter:
         Everything that depends on the table is decided here, so that an attempt after a
         concurrent writer's commit decides it again on the table as that writer left it.
         """
-        if not self._exists:
-            self._exists = delta_table_exists(spark, self.path)
+        existed = self._table_has_commit(spark)
         fresh, written, appended = unique, unique_count, 0
         try:
-            if self._exists and (strict or redelivered):
+            if existed and (strict or redelivered):
                 fresh = self._fresh(spark, unique, strict).persist(StorageLevel.MEMORY_AND_DISK)
                 fresh_counts = self._counts(fresh, with_copies=False)
                 written, corrupt = fresh_counts.keys, fresh_counts.corrupt
-            existed = self._exists
             (fresh.select(*self.columns).write.format("delta").mode("append")
              .option("txnAppId", app_id).option("txnVersion", batch_id)
              .save(self.path))
