@@ -56,8 +56,11 @@ def _spark_jvm_options(config: pytest.Config) -> str:
     """C1 only, plus the suite's class-data-sharing archive of Spark's classes when it can be
     made (tests/spark_cds.py: about 40 s once per venv, then some 4-5 s off every Spark JVM
     start, of which the suite has dozens)."""
+    from clustermq.pipelines.spark_home import use_bytecode_home
     from spark_cds import spark_archive
 
+    # Every Spark JVM of the suite runs from one home, so they all match the archive's class path.
+    use_bytecode_home()
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     report = terminal.write_line if terminal is not None else print
     archive = spark_archive(C1_ONLY, report)

@@ -15,13 +15,15 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from clustermq.pipelines.delta_session import delta_conf
+from clustermq.pipelines.spark_home import use_bytecode_home
 from clustermq.pipelines.spark_session import LOCAL_TUNING
 
 
 def local_session(
     app_name: str, extra_conf: Mapping[str, str] | None = None, delta: bool = False
 ) -> SparkSession:
-    """A local[2] session whose Python workers run this interpreter (with clustermq installed).
+    """A local[2] session whose Python workers run this interpreter (with clustermq installed),
+    from the Spark home whose Python processes import PySpark with bytecode (the jobs' too).
 
     Shuffle partitions 4, no UI, and a query restarted in the same process replaces its old run
     (``stopActiveRunOnRestart``), as the tests restart queries from their checkpoints. With
@@ -31,6 +33,7 @@ def local_session(
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    use_bytecode_home()
     conf = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from clustermq.pipelines.spark_home import use_bytecode_home
+
 #: the master a job started as plain ``python`` uses when none is configured
 LOCAL_MASTER = "local[*]"
 #: Settings that make a job on one small machine fast: the demo, the benchmark, and a job that
@@ -107,7 +109,9 @@ def job_session(
       ``PYSPARK_SUBMIT_ARGS`` say, else ``local[*]``. The Python workers run this interpreter
       (``PYSPARK_PYTHON``, unless set), so they import the clustermq installed here and
       ``format("clustermq")`` resolves through Spark's auto-registration of the top-level
-      ``pyspark_clustermq`` module.
+      ``pyspark_clustermq`` module. Unless ``SPARK_HOME`` is set, the JVM runs from
+      :func:`clustermq.pipelines.spark_home.bytecode_home`, so the Python processes it starts
+      import PySpark with its cached bytecode rather than compile it from ``pyspark.zip``.
 
     With a master configured, shuffle partitions, UI and log level stay Spark's defaults unless
     the user sets them. With ``local[*]`` chosen here the job runs on this one machine, so it
@@ -120,6 +124,7 @@ def job_session(
     if not launched_by_spark_submit():
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        use_bytecode_home()
         if os.environ.get("SPARK_MASTER"):
             builder = builder.master(os.environ["SPARK_MASTER"])
         elif not master_is_configured():

@@ -43,8 +43,14 @@ MAX_PER_TRIGGER = 10_000
 WARM_UP_MESSAGES = 20_000
 
 
-def run_queries(b: Bench, queue: str, count: int, queries: int, max_per_trigger: int) -> dict[str, Any]:
-    """Drain ``count`` preloaded messages with ``queries`` queries into one fresh table."""
+def run_queries(b: Bench, queue: str, count: int, queries: int, max_per_trigger: int,
+                every_query_writes: bool = True) -> dict[str, Any]:
+    """Drain ``count`` preloaded messages with ``queries`` queries into one fresh table.
+
+    ``every_query_writes`` is off for the warm-up only: the queries start one after the other,
+    and on a slow machine the first drained the warm-up's smaller backlog before the second
+    subscribed (Artemis: 20,000 and 0); what the warm-up warms does not depend on the split.
+    """
     table = b.work / f"scaleout-{uuid.uuid4().hex[:8]}"
     options = b.reader_options(queue, maxMessagesPerTrigger=max_per_trigger)
     sinks = [IdempotentDeltaWriter(str(table)) for _ in range(queries)]
@@ -71,7 +77,7 @@ def run_queries(b: Bench, queue: str, count: int, queries: int, max_per_trigger:
     if rows["rows"] != count or rows["ids"] != count:
         raise RuntimeError(f"scaleout with {queries} queries: {rows['rows']} rows and {rows['ids']} "
                            f"distinct ids in the table, {count} produced")
-    if 0 in per_query:
+    if every_query_writes and 0 in per_query:
         raise RuntimeError(f"scaleout with {queries} queries: rows written per query {per_query}; "
                            "a query that wrote nothing measured one consumer, not two")
     busy = [[p for p in q.recentProgress if p.numInputRows] for q in running]
@@ -94,7 +100,7 @@ def scaleout(b: Bench, count: int, rounds: int, flavor: str,
     warm_up = b.new_queue("scaleout-warmup")
     warm = min(count, WARM_UP_MESSAGES)
     b.preload(warm_up, warm, groups=0)
-    run_queries(b, warm_up, warm, max(QUERIES), max_per_trigger)
+    run_queries(b, warm_up, warm, max(QUERIES), max_per_trigger, every_query_writes=False)
     runs: dict[int, list[dict[str, Any]]] = {k: [] for k in QUERIES}
     ratios: list[float] = []
     steady_ratios: list[float] = []
