@@ -72,7 +72,7 @@ def test_the_home_links_the_installed_one_without_the_zip(tmp_path: Path) -> Non
     assert (installed / spark_home.PYSPARK_ZIP).is_file()
     assert not (home / spark_home.PYSPARK_ZIP).exists()
     assert sorted(p.name for p in (home / "python" / "lib").iterdir()) == sorted(
-        p.name for p in (installed / "python" / "lib").iterdir() if p.name != "pyspark.zip")
+        p.name for p in (installed / "python" / "lib").iterdir() if p.name != spark_home.PYSPARK_ZIP.name)
     assert spark_home.bytecode_home(tmp_path) == home
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyspark
 
-from clustermq.paths import cache_dir, exclusive_lock
+from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
 
 #: What Spark puts first on its Python processes' path, and what this home leaves out.
 PYSPARK_ZIP = Path("python") / "lib" / "pyspark.zip"
@@ -35,15 +35,16 @@ def installed_home() -> Path:
 
 
 def bytecode_home(cache: Path | None = None) -> Path:
-    """The linked home for the installed PySpark, made once per PySpark version.
+    """The linked home for the installed PySpark, made once per install.
 
     Every top-level entry of the installed home is a symbolic link, ``python/lib`` holds links
-    to everything but the zip; a version of its own keeps two installs sharing the cache apart.
+    to everything but the zip; the folder's name carries the version and a digest of the
+    install's path, so two installs sharing the cache keep their own homes.
     """
     source = installed_home()
     digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
     home = (cache or cache_dir()) / "spark-home" / f"pyspark-{pyspark.__version__}-{digest}"
-    marker = home / ".clustermq-complete"
+    marker = home / COMPLETE_MARKER
     if marker.is_file():
         return home
     home.parent.mkdir(parents=True, exist_ok=True)
