@@ -52,11 +52,43 @@ def test_fast_parser_agrees_on_random_header_text() -> None:
 
     rng = random.Random(7)
     alphabet = ["a", "c", "n", "r", "x", ":", "\\", "\\c", "\\\\", "\r", "é", " "]
+    # names whose lines the parser keeps parsed: each frame parses alike the second time too
+    names = ["", "", "destination", "type", "priority:", "subscription:x"]
     for _ in range(3000):
-        lines = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+        lines = [rng.choice(names) + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
                  for _ in range(rng.randint(0, 5))]
         raw = ("MESSAGE\n" + "\n".join(lines) + "\n\nbody").encode()
-        ours, theirs = fastparse.parse_frame(raw), stomp_utils.parse_frame(raw)
-        assert (ours is None) == (theirs is None), raw
-        if ours is not None and theirs is not None:
-            assert (ours.cmd, ours.headers, ours.body) == (theirs.cmd, theirs.headers, theirs.body), raw
+        theirs = stomp_utils.parse_frame(raw)
+        for _ in range(2):
+            ours = fastparse.parse_frame(raw)
+            assert (ours is None) == (theirs is None), raw
+            if ours is not None and theirs is not None:
+                assert (ours.cmd, ours.headers, ours.body) == (theirs.cmd, theirs.headers, theirs.body), raw
+
+
+def _delivery(n: int) -> bytes:
+    return (f"MESSAGE\ndestination:/queue/orders\npersistent:true\nmessage-id:ID\\chost-1\\c{n}\n"
+            f"timestamp:{1700000000000 + n}\nJMSXGroupID:g{n}\nack:{n}\n\nbody {n}").encode()
+
+
+def test_deliveries_share_their_header_names_and_common_values() -> None:
+    """A buffered message holds no copy of its header names, nor of the values every message of
+    the queue repeats: strings shared by all deliveries (docs/design.md, "Reader memory")."""
+    first, second = fastparse.parse_frame(_delivery(1)), fastparse.parse_frame(_delivery(2))
+    assert first is not None and second is not None
+    assert second.headers["message-id"] == "ID:host-1:2"
+    for (name1, value1), (name2, value2) in zip(first.headers.items(), second.headers.items()):
+        assert name1 is name2, name1
+        if name1 in ("destination", "persistent"):
+            assert value1 is value2, name1
+        else:
+            assert value1 != value2, name1
+
+
+def test_the_parsed_lines_kept_are_bounded() -> None:
+    """A value that varies more than expected (a topic's subscriptions) fills the cache up to its
+    bound and no further; lines past it still parse."""
+    for n in range(fastparse._LINES_MAX + 200):
+        frame = fastparse.parse_frame(f"MESSAGE\nsubscription:sub-{n}\n\n".encode())
+        assert frame is not None and frame.headers == {"subscription": f"sub-{n}"}
+    assert len(fastparse._LINES) <= fastparse._LINES_MAX

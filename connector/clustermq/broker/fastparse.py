@@ -10,6 +10,10 @@ every message id, so that is most frames). A frame with CRLF line ends is handed
 own parser. The result is what stomp.py produces (``tests/test_fastparse_units.py`` compares
 both on every shape of frame).
 
+Header names are interned, and a line of a header whose value most messages share is parsed
+once: the reader buffers up to ``prefetchPerNode`` messages per node, and their own copies of
+those strings were a third of a buffered message's memory (docs/design.md, "Reader memory").
+
 stomp.py 9 reads and splits frames in ``BaseTransport.__read_frames``, which calls the module's
 ``parse_frame``; :func:`install` replaces that one method on a transport object (the socket
 reading, heart-beats and listener calls stay stomp.py's). If a stomp.py release renames it,
@@ -19,6 +23,7 @@ reading, heart-beats and listener calls stay stomp.py's). If a stomp.py release 
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 from stomp import utils as stomp_utils
@@ -28,6 +33,14 @@ _READ = "_BaseTransport__read"
 _IS_EOL = "_BaseTransport__is_eol"
 _AUTO_DECODE = "_BaseTransport__auto_decode"
 _READ_FRAMES = "_BaseTransport__read_frames"
+
+#: headers whose value most messages of a queue share (the queue, the subscription, the delivery
+#: mode): a line of one of them is parsed once, into an interned name and value
+_SHARED_VALUES = frozenset({"destination", "subscription", "persistent", "priority", "redelivered",
+                            "content-type", "type"})
+#: those lines, parsed; bounded, since a value may still vary (a topic's subscriptions, a type)
+_LINES: dict[str, tuple[str, str]] = {}
+_LINES_MAX = 1024
 
 #: STOMP 1.2 header escapes; an unknown one stays as it is, as stomp.py leaves it
 _ESCAPE = re.compile(r"\\.")
@@ -56,14 +69,22 @@ def parse_frame(frame: bytes) -> stomp_utils.Frame | None:
         return None
     headers: dict[str, str] = {}
     for line in lines[first + 1:]:
-        key, colon, value = line.partition(":")
-        if not (colon and key):
-            continue
-        if escaped and "\\" in line:
-            if line.count("\\") == line.count("\\c"):  # only colons (Classic's message ids)
-                key, value = key.replace("\\c", ":"), value.replace("\\c", ":")
-            else:
-                key, value = _ESCAPE.sub(_unescape, key), _ESCAPE.sub(_unescape, value)
+        known = _LINES.get(line)
+        if known is not None:
+            key, value = known
+        else:
+            key, colon, value = line.partition(":")
+            if not (colon and key):
+                continue
+            if escaped and "\\" in line:
+                if line.count("\\") == line.count("\\c"):  # only colons (Classic's message ids)
+                    key, value = key.replace("\\c", ":"), value.replace("\\c", ":")
+                else:
+                    key, value = _ESCAPE.sub(_unescape, key), _ESCAPE.sub(_unescape, value)
+            key = sys.intern(key)
+            if key in _SHARED_VALUES and len(_LINES) < _LINES_MAX:
+                value = sys.intern(value)
+                _LINES[line] = (key, value)
         if key not in headers:
             headers[key] = value
     return stomp_utils.Frame(lines[first], headers, frame[end + 2:])
