@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 
 from clustermq.errors import ClusterMQError, DeltaJarsMissing, NotInstalled
-from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
+from clustermq.paths import build_once, cache_dir, is_complete
 
 MANIFEST = "MANIFEST.txt"
 #: The pom that pins the Delta release: package data of ``clustermq.pipelines``.
@@ -86,7 +86,7 @@ def delta_jars(cache: Path | None = None) -> list[Path]:
     """The cached Delta jars; raises :class:`DeltaJarsMissing` naming the command that fetches
     them (and ``make setup``, which runs it in a checkout) if absent."""
     folder = jar_dir(cache)
-    if not (folder / COMPLETE_MARKER).is_file():
+    if not is_complete(folder):
         artifact, version = pinned_artifact()
         raise DeltaJarsMissing(
             f"the Delta jars (io.delta:{artifact}:{version}) are not in {folder}; run "
@@ -104,35 +104,31 @@ def ensure_delta_jars(
 ) -> list[Path]:
     """Fetch the pinned Delta jars with Maven unless cached; safe to run from several processes."""
     folder = jar_dir(cache)
-    if (folder / COMPLETE_MARKER).is_file():
-        return delta_jars(cache)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(folder.parent / f".{folder.name}.lock"):
-        if (folder / COMPLETE_MARKER).is_file():
-            return delta_jars(cache)
+    built = False
+
+    def build(work: Path) -> Path:
+        nonlocal built
+        built = True
         if progress:
             progress(f"resolving io.delta:{':'.join(pinned_artifact())} ({POM}) with Maven")
         resolved = _maven_runtime_dependencies(pom_text())
         shipped = artifacts_in(spark_jars_dir())
-        work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        try:
-            lines = []
-            for coords, path in resolved:
-                artifact_id = coords.split(":")[1]
-                if artifact_id in shipped:
-                    lines.append(f"skipped (pyspark ships {artifact_id})  {coords}")
-                    continue
-                shutil.copy2(path, work / path.name)
-                lines.append(f"included  {coords}")
-            (work / MANIFEST).write_text("\n".join(sorted(lines)) + "\n")
-            (work / COMPLETE_MARKER).write_text(f"{pinned_artifact()}\n")
-            if folder.exists():  # a folder without the marker: unfinished, not trusted
-                shutil.rmtree(folder)
-            os.rename(work, folder)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        if progress:
-            progress(f"Delta jars in {folder}")
+        tree = work / "jars"
+        tree.mkdir()
+        lines = []
+        for coords, path in resolved:
+            artifact_id = coords.split(":")[1]
+            if artifact_id in shipped:
+                lines.append(f"skipped (pyspark ships {artifact_id})  {coords}")
+                continue
+            shutil.copy2(path, tree / path.name)
+            lines.append(f"included  {coords}")
+        (tree / MANIFEST).write_text("\n".join(sorted(lines)) + "\n")
+        return tree
+
+    build_once(folder, build, stamp=str(pinned_artifact()))
+    if built and progress:
+        progress(f"Delta jars in {folder}")
     return delta_jars(cache)
 
 
@@ -185,7 +181,7 @@ def cache_is_complete(cache: Path | None = None) -> bool:
     """Whether the offline cache holds the pinned jars (``False`` also when the package lost its
     ``delta_pom.xml``, so that the caller names the routes to Delta rather than a reinstall)."""
     try:
-        return (jar_dir(cache) / COMPLETE_MARKER).is_file()
+        return is_complete(jar_dir(cache))
     except NotInstalled:
         return False
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyspark
 
-from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
+from clustermq.paths import build_once, cache_dir
 
 #: What Spark puts first on its Python processes' path, and what this home leaves out.
 PYSPARK_ZIP = Path("python") / "lib" / "pyspark.zip"
@@ -44,24 +44,21 @@ def bytecode_home(cache: Path | None = None) -> Path:
     source = installed_home()
     digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
     home = (cache or cache_dir()) / "spark-home" / f"pyspark-{pyspark.__version__}-{digest}"
-    marker = home / COMPLETE_MARKER
-    if marker.is_file():
-        return home
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(home.parent / ".lock"):
-        if marker.is_file():
-            return home
-        home.mkdir(exist_ok=True)
+
+    def build(work: Path) -> Path:
+        tree = work / "home"  # made with the umask's modes, unlike the private work folder
+        tree.mkdir()
         for entry in source.iterdir():
             if entry.name != "python":
-                link(home / entry.name, entry)
-        lib = home / PYSPARK_ZIP.parent
-        lib.mkdir(parents=True, exist_ok=True)
+                link(tree / entry.name, entry)
+        lib = tree / PYSPARK_ZIP.parent
+        lib.mkdir(parents=True)
         for entry in (source / PYSPARK_ZIP.parent).iterdir():
             if entry.name != PYSPARK_ZIP.name:
                 link(lib / entry.name, entry)
-        marker.touch()
-    return home
+        return tree
+
+    return build_once(home, build, stamp=str(source))
 
 
 def link(path: Path, target: Path) -> None:

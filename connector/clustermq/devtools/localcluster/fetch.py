@@ -16,18 +16,16 @@ distribution, even after a crash mid-extraction.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from clustermq.errors import NotInstalled
-from clustermq.paths import COMPLETE_MARKER, cache_dir, exclusive_lock
+from clustermq.paths import build_once, cache_dir, is_complete
 
 CLASSIC_VERSION = "5.18.3"
 """Pinned ActiveMQ Classic version: the broker facts in docs/broker-behaviour.md hold for it."""
@@ -83,7 +81,7 @@ def distribution_home(flavor: str = "classic", cache: Path | None = None) -> Pat
     """
     dist = _distribution(flavor)
     final = (cache or cache_dir()) / "dist" / dist.top_dir
-    if (final / COMPLETE_MARKER).is_file():
+    if is_complete(final):
         return final
     raise NotInstalled(
         f"the {flavor} broker distribution ({dist.top_dir}) is not in {final.parent}; run "
@@ -103,31 +101,20 @@ def ensure_distribution(
     """
     dist = _distribution(flavor)
     root = (cache or cache_dir()) / "dist"
-    final = root / dist.top_dir
-    if (final / COMPLETE_MARKER).is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(root / f".{dist.top_dir}.lock"):
-        if (final / COMPLETE_MARKER).is_file():  # another process finished while we waited
-            return final
+
+    def build(work: Path) -> Path:
         if progress:
             progress(f"fetching {dist.artifact} with Maven")
-        work = Path(tempfile.mkdtemp(prefix=f".{dist.top_dir}.", dir=root))
-        try:
-            archive = _maven_copy(dist.artifact, work / "download")
-            if progress:
-                progress(f"extracting {archive.name} into {root}")
-            _extract(archive, work / "tree")
-            tree = work / "tree" / dist.top_dir
-            if not tree.is_dir():
-                raise RuntimeError(f"{archive.name} has no top-level directory {dist.top_dir}/")
-            (tree / COMPLETE_MARKER).write_text(dist.artifact + "\n")
-            if final.exists():  # a tree without the marker: left by something else, not trusted
-                shutil.rmtree(final)
-            os.rename(tree, final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return final
+        archive = _maven_copy(dist.artifact, work / "download")
+        if progress:
+            progress(f"extracting {archive.name} into {root}")
+        _extract(archive, work / "tree")
+        tree = work / "tree" / dist.top_dir
+        if not tree.is_dir():
+            raise RuntimeError(f"{archive.name} has no top-level directory {dist.top_dir}/")
+        return tree
+
+    return build_once(root / dist.top_dir, build, stamp=dist.artifact)
 
 
 def _maven_copy(artifact: str, out_dir: Path) -> Path:
