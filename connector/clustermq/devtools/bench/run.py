@@ -29,6 +29,7 @@ from clustermq.devtools.bench.comparisons import (
     PAIRS,
     READ_MAX_PER_TRIGGER,
     Pair,
+    warm_up_delta,
     warm_up_reader,
     warm_up_writer,
 )
@@ -213,6 +214,8 @@ def run(
                     warm_up_writer(b)
                 if any(p.kind == "read" for p in pairs):
                     warm_up_reader(b)
+                if any(p.needs_delta for p in pairs):
+                    warm_up_delta(b)
                 results["comparisons"] += run_pairs(b, pairs, n, args.repeats, flavor)
                 if "transport" in wanted:
                     _say(f"[{flavor}] transport (elapsed {time.monotonic() - started:.0f} s)")
