@@ -38,7 +38,8 @@ _READ_FRAMES = "_BaseTransport__read_frames"
 #: mode): a line of one of them is parsed once, into an interned name and value
 _SHARED_VALUES = frozenset({"destination", "subscription", "persistent", "priority", "redelivered",
                             "content-type", "type"})
-#: those lines, parsed; bounded, since a value may still vary (a topic's subscriptions, a type)
+#: those lines, parsed; bounded, since a value may still vary (a topic's subscriptions, a type):
+#: when full it is emptied, and the values stay interned either way
 _LINES: dict[str, tuple[str, str]] = {}
 _LINES_MAX = 1024
 
@@ -82,8 +83,10 @@ def parse_frame(frame: bytes) -> stomp_utils.Frame | None:
                 else:
                     key, value = _ESCAPE.sub(_unescape, key), _ESCAPE.sub(_unescape, value)
             key = sys.intern(key)
-            if key in _SHARED_VALUES and len(_LINES) < _LINES_MAX:
+            if key in _SHARED_VALUES:
                 value = sys.intern(value)
+                if len(_LINES) >= _LINES_MAX:  # values vary more than expected: start over,
+                    _LINES.clear()  # so the lines that do repeat come back
                 _LINES[line] = (key, value)
         if key not in headers:
             headers[key] = value
