@@ -50,21 +50,15 @@ def bytecode_home(cache: Path | None = None) -> Path:
         tree.mkdir()
         for entry in source.iterdir():
             if entry.name != "python":
-                link(tree / entry.name, entry)
+                (tree / entry.name).symlink_to(entry)
         lib = tree / PYSPARK_ZIP.parent
         lib.mkdir(parents=True)
         for entry in (source / PYSPARK_ZIP.parent).iterdir():
             if entry.name != PYSPARK_ZIP.name:
-                link(lib / entry.name, entry)
+                (lib / entry.name).symlink_to(entry)
         return tree
 
     return build_once(home, build, stamp=str(source))
-
-
-def link(path: Path, target: Path) -> None:
-    if path.is_symlink() or path.exists():
-        path.unlink()
-    path.symlink_to(target)
 
 
 def use_bytecode_home() -> None:
