@@ -33,6 +33,7 @@ from clustermq.read.lag import BacklogMonitor, NodeLag, lag_report
 from clustermq.read.offsets import NodeOffsets, make_offsets, parse_offsets
 from clustermq.read.partitions import MessagesPartition, plan_partitions, read_partition
 from clustermq.read.worker_exit import stop_in_order_on_sigterm
+from clustermq.read.worker_memory import keep_batches_out_of_the_heap
 
 log = logging.getLogger("clustermq.stream")
 
@@ -81,6 +82,7 @@ class ClusterMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def consumer(self) -> ClusterConsumer:
         if self._consumer is None:
             stop_in_order_on_sigterm()  # Spark ends this worker with SIGTERM: close in order
+            keep_batches_out_of_the_heap()  # flat memory over a long drain
             consumer = ClusterConsumer(self.options)
             consumer.start()
             consumer.watch_stalls(self._depth_probe())
