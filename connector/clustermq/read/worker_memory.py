@@ -19,7 +19,6 @@ allocator as it is. Where the C library has no ``mallopt`` (not glibc) nothing c
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 
 from clustermq.read.worker_exit import in_source_runner
@@ -37,8 +36,8 @@ _done = False
 def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Fix the C allocator's mmap threshold at ``threshold`` bytes; whether it was set."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        mallopt = libc.mallopt
+        # the process's own symbols, libc's among them (no ``find_library``: it runs ldconfig)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

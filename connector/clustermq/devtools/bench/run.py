@@ -214,7 +214,7 @@ def run(
                     warm_up_writer(b)
                 if any(p.kind == "read" for p in pairs):
                     warm_up_reader(b)
-                if any(p.needs_delta for p in pairs):
+                if any(p.needs_delta for p in pairs) or (use_delta and wanted & {"scaleout", "latency"}):
                     warm_up_delta(b)
                 results["comparisons"] += run_pairs(b, pairs, n, args.repeats, flavor)
                 if "transport" in wanted:
