@@ -66,6 +66,13 @@ def test_two_queue_to_delta_drivers_share_one_queue_and_one_table_exactly_once(
         broker.produce(queue, total)
         wait_for(lambda: sum(map(written_by, logs)) >= total, 300,
                  f"the drivers to write {total} rows", explain=state)
+        # A driver prints a batch's line from inside the batch, before Spark commits it, and the
+        # reader acknowledges a batch at the query's next trigger: a driver stopped before that
+        # gives its last batch back to the queue (the reader's guarantee), where no consumer is
+        # left. So the stop waits, with both drivers running, until every node's queue is empty.
+        acked = broker.wait_depth_zero(queue, 60)
+        assert all(d == 0 for d in acked.values()), (
+            f"messages not acknowledged 60 s after the drivers wrote {total} rows: {acked}\n{state()}")
         for proc in procs:
             proc.send_signal(signal.SIGTERM)  # a clean stop: the job returns 0
         codes = [finish(proc, 120, log) for proc, log in zip(procs, logs)]
@@ -85,7 +92,8 @@ def test_two_queue_to_delta_drivers_share_one_queue_and_one_table_exactly_once(
         f"{len(ids)} rows, {len(set(ids))} distinct ids of {total}; missing "
         f"{sorted(set(range(total)) - set(ids))[:20]}")
     left = broker.wait_depth_zero(queue)
-    assert all(d == 0 for d in left.values()), f"messages left after both drivers stopped: {left}"
+    assert all(d == 0 for d in left.values()), (
+        f"messages left after both drivers stopped, all acknowledged before the stop: {left}")
 
 
 def test_the_retried_conditions_are_delta_s_own() -> None:
