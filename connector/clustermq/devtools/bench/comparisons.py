@@ -27,7 +27,7 @@ Measure = Callable[[Bench, int], Figure]
 
 #: maxMessagesPerTrigger of the read comparisons
 READ_MAX_PER_TRIGGER = 20_000
-#: the Delta warm-up's batch: two of them, so a commit after the table's first is warmed too
+#: the Delta warm-up's batch (rows); it runs ``WARM_UP_DELTA_BATCHES`` of them per sink
 WARM_UP_DELTA_BATCH = 100
 #: batches per warm-up sink: Delta writes its first checkpoint with version 10 (its default
 #: ``checkpointInterval``), the 11th commit, and a session's first checkpoint took 11.6 s
