@@ -19,7 +19,7 @@ allocator as it is. Where the C library has no ``mallopt`` (not glibc) nothing c
 from __future__ import annotations
 
 import ctypes
-import threading
+import functools
 
 from clustermq.read.worker_exit import in_source_runner
 
@@ -28,9 +28,6 @@ M_MMAP_THRESHOLD = -3
 #: blocks this large or larger get a mapping of their own: a batch's partitions (1-3 MB) are
 #: above it, a buffered message's objects (a few hundred bytes each) far below
 MMAP_THRESHOLD_BYTES = 1024 * 1024
-
-_lock = threading.Lock()
-_done = False
 
 
 def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -45,13 +42,9 @@ def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, threshold))
 
 
+@functools.cache
 def keep_batches_out_of_the_heap() -> bool:
-    """In a source runner, fix the mmap threshold once (see the module docstring); whether this
-    process's threshold is fixed."""
-    global _done
-    if not in_source_runner():
-        return False
-    with _lock:
-        if not _done:
-            _done = fix_mmap_threshold()
-        return _done
+    """In a source runner, fix the mmap threshold (see the module docstring); whether this
+    process's threshold is fixed. Cached: a process's role never changes, and two readers racing
+    on the first call would only set the same value twice."""
+    return in_source_runner() and fix_mmap_threshold()
