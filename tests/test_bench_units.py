@@ -92,6 +92,18 @@ def test_latency_percentiles_weigh_each_bucket_by_its_messages_and_split_the_win
     assert lat.since(2000.0).messages == 2 and lat.since(1000.0).messages == 100
 
 
+def test_the_reader_query_counts_a_batch_as_committed_only_once_spark_reported_its_progress() -> None:
+    """``foreachBatch`` runs before Spark commits the batch: a query stopped as soon as the rows
+    it saw reach the target would leave the last batch without an end time, and its messages
+    counted as never committed (the percentiles then lower bounds)."""
+    counter = latency._BatchCounter()
+    assert counter.committed(lambda: {0}) == 0
+    counter.rows.update({0: 5000, 1: 4800, 2: 2269})  # batch 2 seen by foreachBatch, not reported
+    asked: list[int] = []
+    assert counter.committed(lambda: asked.append(1) or {0, 1}) == 9800
+    assert counter.committed(lambda: {0, 1, 2}) == 12069 and asked == [1]
+
+
 LATENCY_ROWS = [
     {"flavor": "classic", "query": q, "offered_msgs_per_s": rate, "rate_share": share, "sent_msgs_per_s": rate,
      "p50_ms": 700.0, "p95_ms": 1200.0, "p99_ms": p99, "p99_first_ms": p99, "p99_last_ms": p99,

@@ -627,7 +627,8 @@ def test_available_now_recounts_once_before_it_ends() -> None:
 
 def test_available_now_ends_early_only_on_a_queue_found_empty_twice() -> None:
     """Waiting for a backlog that competing consumers took ends once two probes find the queue
-    empty; messages still counted on a node (a stalled bridge holds them) keep it waiting."""
+    empty, without resubscribing anywhere (nothing is held back); messages still counted on a
+    node (a stalled bridge holds them) keep it waiting, and get their nodes resubscribed."""
     check_s = available_now.EMPTY_CHECK_INTERVAL_S
 
     def waiting(depth: int | None) -> tuple[ClusterConsumer, list[int], _Clock, _Links]:
@@ -641,21 +642,27 @@ def test_available_now_ends_early_only_on_a_queue_found_empty_twice() -> None:
         assert consumer.latest({name: 0}, None, None) == {name: 1}
         consumer.acknowledge({name: 1})
         assert consumer.latest({name: 1}, None, None) == {name: 1}  # quiet from here
-        clock.sleep(3.5)  # past the quiet time after which it suspects a stall (3 s at most)
+        assert consumer.available_now_pending({name: 1}) and probes == []  # not asked at once
+        clock.sleep(available_now.EMPTY_CHECK_AFTER_S + 0.5)  # past the quiet before the first probe
         return consumer, probes, clock, links
 
     emptied, probes, clock, links = waiting(0)
     name = emptied.node_names[0]
     assert emptied.available_now_pending({name: 1})  # empty once: not yet
     assert emptied.available_now_pending({name: 1}) and len(probes) == 1  # not asked again at once
-    clock.sleep(check_s)
+    clock.sleep(check_s)  # now past the quiet after which it suspects a stall (3 s at most)
     assert not emptied.available_now_pending({name: 1})  # twice: ends
     assert len(probes) == 2 and emptied.available_now_target == 1
-    emptied.subscriptions[0].connect_once()  # resubscribed when it suspected a stall
+    assert emptied.subscriptions[0].connected and len(links.opened) == 1, (
+        "an emptied queue was resubscribed: every node reconnected for nothing")
     links.last.deliver("b")
     assert emptied.latest({name: 1}, None, None) == {name: 1}  # nothing beyond the end is planned
 
-    stalled, probes, clock, _ = waiting(3)  # 3 messages counted on the node, none arriving
+    stalled, probes, clock, links = waiting(3)  # 3 messages counted on the node, none arriving
+    assert stalled.available_now_pending({name: 1}) and stalled.subscriptions[0].connected
+    clock.sleep(check_s)
+    assert stalled.available_now_pending({name: 1})
+    assert not stalled.subscriptions[0].connected  # past 3 s of quiet: resubscribed
     for _ in range(5):
         assert stalled.available_now_pending({name: 1})
         clock.sleep(check_s)

@@ -32,7 +32,9 @@ DepthProbe = Callable[[], Mapping[str, "int | None"]]
 RECOUNT_INTERVAL_S = 0.25
 RECOUNT_AGREEING = 3
 RECOUNT_MAX_S = 5.0
-#: while AvailableNow waits in vain, how often it asks whether the queue still holds anything
+#: while AvailableNow waits in vain, how long the quiet lasts before it first asks whether the
+#: queue still holds anything, and how often it asks again
+EMPTY_CHECK_AFTER_S = 1.0
 EMPTY_CHECK_INTERVAL_S = 2.0
 
 
@@ -149,8 +151,17 @@ class AvailableNow:
         nodes = self._nodes()
         last_arrival = max([n.last_arrival for n in nodes] + [self._quiet_since or 0.0])
         idle = self._clock() - last_arrival
-        if idle > self.stall_after_s() and self._resubscribed_after != last_arrival:
-            # The backlog is not read yet and nothing arrives: kick nodes that may be stalled.
+        if idle > self._idle_timeout_s:
+            self._end(received, f"nothing arrived for {idle:.1f} s")
+            return False
+        if (idle > min(EMPTY_CHECK_AFTER_S, self.stall_after_s())
+                and self._queue_found_empty(last_arrival)):
+            self._end(received, "the queue was found empty twice")
+            return False
+        if (idle > self.stall_after_s() and self._resubscribed_after != last_arrival
+                and not self._found_empty_in(last_arrival)):
+            # The backlog is not read yet, nothing arrives and the queue still holds messages:
+            # kick nodes that may be stalled.
             self._resubscribed_after = last_arrival
             kicked = [n.node.name for n in nodes if n.resubscribe(
                 f"no delivery for {idle:.1f} s while AvailableNow has {self.target - received} "
@@ -160,12 +171,6 @@ class AvailableNow:
                             "resubscribed on %s (a consumer that connects afresh gets "
                             "messages a stalled node holds back)", idle, received, self.target,
                             ", ".join(kicked))
-        if idle > self._idle_timeout_s:
-            self._end(received, f"nothing arrived for {idle:.1f} s")
-            return False
-        if idle > self.stall_after_s() and self._queue_found_empty(last_arrival):
-            self._end(received, "the queue was found empty twice")
-            return False
         return True
 
     def _end(self, received: int, why: str) -> None:
@@ -174,6 +179,13 @@ class AvailableNow:
                      "and ends: %s (other consumers took the rest)", received, self.target, why)
             self.target = received
             self.final = True
+
+    def _found_empty_in(self, quiet_period: float) -> bool:
+        """Whether the last probe of this quiet period found the queue empty: then no node
+        holds anything back, and resubscribing would only cost every node a reconnection (a
+        competing consumer took the rest; the second probe decides)."""
+        period, streak = self._empty_streak
+        return period == quiet_period and streak > 0
 
     def _queue_found_empty(self, quiet_period: float) -> bool:
         """True once, waiting in vain for its backlog, the drain found the queue empty in two
