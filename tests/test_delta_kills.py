@@ -33,8 +33,9 @@ KILLS = int(os.environ.get("CLUSTERMQ_KILLS", "10"))
 BATCH = 2500
 
 
-def prefetch_per_node(nodes: int) -> int:
-    """Classic: the ``prefetchPerNode`` that holds a node's share of the backlog and a batch more.
+def prefetch_per_node(produced: dict[str, int]) -> int:
+    """Classic: the ``prefetchPerNode`` that holds the largest node's share of the backlog
+    (``produced``, per node, as the load generator reports it) and a batch more.
 
     With the default (twice the batch) a node hands what its full reader cannot take to the
     network bridges, and for some 30 s after every restart the three nodes spent 1.1-1.8 of the
@@ -43,7 +44,7 @@ def prefetch_per_node(nodes: int) -> int:
     with the default and 261 s with 20,000. A backlog that crosses the network while a driver is
     killed stays covered by test_pipelines.py's killed-driver test (800 per node against 2,000).
     """
-    return -(-MESSAGES // nodes) + BATCH
+    return max(produced.values()) + BATCH
 
 
 def log_since(log: Path, offset: int) -> str:
@@ -60,7 +61,7 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     rng = random.Random(seed)
     queue = f"test.delta.kills.{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    broker.produce(queue, MESSAGES, size=256)
+    produced = broker.produce(queue, MESSAGES, size=256)
     produced_s = time.monotonic() - started
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "driver.log"
     base = ["--brokers", broker.cluster.brokers, "--queue", queue, "--table", str(table),
@@ -68,8 +69,7 @@ def test_queue_to_delta_killed_ten_times_ends_with_every_message_exactly_once(
     if broker.flavor == "artemis":  # moved messages get a new message-id there (README)
         base += ["--dedupe", "all", "--id-header", "loadgen_id"]
     else:
-        nodes = len(broker.cluster.brokers.split(","))
-        base += ["--option", f"prefetchPerNode={prefetch_per_node(nodes)}"]
+        base += ["--option", f"prefetchPerNode={prefetch_per_node(produced)}"]
     env = job_env(broker)
 
     moments: list[str] = []
