@@ -31,7 +31,7 @@ from clustermq.broker.depth import (
 )
 from clustermq.broker.nodes import Node, parse_nodes
 from clustermq.broker.queue_names import destination_queue_name
-from clustermq.devtools.localcluster import ClusterStartError, LocalCluster, get_flavor
+from clustermq.devtools.localcluster import ClusterStartError, LocalCluster, classic_flavor, get_flavor
 from clustermq.devtools.localcluster.classic_flavor import REPLAY_DELAY_MS, ClassicFlavor
 from clustermq.devtools.localcluster.ports import amqp_ports, free_ports, node_ports
 from clustermq.devtools.localcluster.state import ClusterState, NodeState
@@ -467,6 +467,43 @@ def test_kill_then_down_is_idempotent_with_dead_nodes(tmp_path: Path) -> None:
         local.down()
         local.down()
         assert all(n.pid is None for n in local.state().nodes)
+    finally:
+        local.down()
+
+
+#: what a Classic node logs for each queue it deletes as inactive
+QUEUE_REMOVED = re.compile(r"\| (\S+) Inactive for longer than \d+ ms - removing")
+
+
+def test_an_emptied_queue_is_deleted_and_one_holding_a_message_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node deletes a queue that stayed empty, with no consumer, for ``INACTIVE_QUEUE_GC_MS``
+    (every queue it keeps costs it a dispatch pass each ``EXPIRE_PERIOD_MS``), never one that
+    holds a message, and a deleted queue takes its next message as a new one would. On a node of
+    its own with the wait cut from a minute to a second. The held queue gets its message first,
+    so it has been without a consumer longer than the emptied one whenever that is deleted."""
+    monkeypatch.setattr(classic_flavor, "INACTIVE_QUEUE_GC_MS", 1000)
+    monkeypatch.setattr(classic_flavor, "DESTINATION_PURGE_MS", 500)
+    local = LocalCluster(tmp_path / "gc")
+    try:
+        (node,) = local.up(nodes=1)
+        creds = local.credentials
+        since = local.log_size(0)
+        held, emptied = unique_queue("gc.held"), unique_queue("gc.emptied")
+        send_persistent(node, creds, f"/queue/{held}", ["kept"])
+        send_persistent(node, creds, f"/queue/{emptied}", ["taken"])
+        assert consume_exactly(node, creds, f"/queue/{emptied}", 1) == ["taken"]
+
+        def removed() -> list[str]:
+            return QUEUE_REMOVED.findall(local.log_since(0, since))
+
+        poll(lambda: emptied in removed(), 30, f"the node's log line deleting {emptied}")
+        assert held not in removed(), f"{held} deleted while it held a message: {removed()}"
+        assert depths_of(local, held)[node.name] == 1
+        send_persistent(node, creds, f"/queue/{emptied}", ["again"])
+        assert consume_exactly(node, creds, f"/queue/{emptied}", 1) == ["again"]
+        assert consume_exactly(node, creds, f"/queue/{held}", 1) == ["kept"]
     finally:
         local.down()
 

@@ -75,6 +75,15 @@ REPLAY_DELAY_MS = 2000
 #: departed consumer's 160-200 messages were back on the origin 1.9-2.9 s after it left; 26 s
 #: with the default period, 0.1-0.7 s without the delay).
 EXPIRE_PERIOD_MS = 1000
+#: A queue empty and without a consumer this long is deleted (``gcInactiveDestinations``, as
+#: Artemis deletes the queues it created on demand): Classic otherwise keeps every queue it ever
+#: created, each costing the node a dispatch pass every ``EXPIRE_PERIOD_MS``, and a session of
+#: tests leaves hundreds of emptied ones behind. Classic's default of a minute: a queue still in
+#: use is not deleted, and one deleted comes back, empty, with its next consumer or message.
+INACTIVE_QUEUE_GC_MS = 60_000
+#: How often a node looks for queues to delete (``schedulePeriodForDestinationPurge``; 0, never,
+#: by default).
+DESTINATION_PURGE_MS = 15_000
 #: Percent of ``memoryUsage`` up to which a queue keeps newly stored persistent messages in
 #: memory as well (Classic's default 70). Classic charges a small STOMP message about a third of
 #: what it takes on the heap, so with the default a backlog of 256-byte messages filled each
@@ -218,6 +227,8 @@ class ClassicFlavor(BrokerFlavor):
                 "cursor_high_water_mark": CURSOR_HIGH_WATER_MARK,
                 "replay_delay_ms": REPLAY_DELAY_MS,
                 "expire_period_ms": EXPIRE_PERIOD_MS,
+                "inactive_queue_gc_ms": INACTIVE_QUEUE_GC_MS,
+                "destination_purge_ms": DESTINATION_PURGE_MS,
             },
         )
         write_file(conf / "activemq.xml", broker_xml)
