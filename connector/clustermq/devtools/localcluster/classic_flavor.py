@@ -77,9 +77,9 @@ REPLAY_DELAY_MS = 2000
 EXPIRE_PERIOD_MS = 1000
 #: A queue empty and without a consumer this long is deleted (``gcInactiveDestinations``, as
 #: Artemis deletes the queues it created on demand): Classic otherwise keeps every queue it ever
-#: created, each costing the node a dispatch pass every ``EXPIRE_PERIOD_MS``, and a session of
-#: tests leaves hundreds of emptied ones behind. Classic's default of a minute: a queue still in
-#: use is not deleted, and one deleted comes back, empty, with its next consumer or message.
+#: created, each costing the node a dispatch pass every ``EXPIRE_PERIOD_MS``, and every test
+#: leaves its queues behind. Classic's default of a minute: a queue still in use is not
+#: deleted, and one deleted comes back, empty, with its next consumer or message.
 INACTIVE_QUEUE_GC_MS = 60_000
 #: How often a node looks for queues to delete (``schedulePeriodForDestinationPurge``; 0, never,
 #: by default).
